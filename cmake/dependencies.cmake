@@ -1,0 +1,46 @@
+# Every dependency comes from the OS package manager (scripts/install_deps.sh); nothing is
+# vendored or downloaded at build time. Optional ones are AUTO: used when found.
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+# Resolve an AUTO/ON/OFF option against whether the dependency was found.
+function(rf_resolve_option option found out)
+  if(${option} STREQUAL "OFF")
+    set(${out} OFF PARENT_SCOPE)
+  elseif(${found})
+    set(${out} ON PARENT_SCOPE)
+  elseif(${option} STREQUAL "ON")
+    message(FATAL_ERROR "${option} was requested but its dependency was not found")
+  else()
+    set(${out} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
+pkg_check_modules(URING IMPORTED_TARGET liburing)
+rf_resolve_option(RINGFOLD_WITH_URING URING_FOUND RINGFOLD_HAVE_URING)
+
+find_library(IBVERBS_LIBRARY ibverbs)
+find_path(IBVERBS_INCLUDE_DIR infiniband/verbs.h)
+if(IBVERBS_LIBRARY AND IBVERBS_INCLUDE_DIR)
+  set(IBVERBS_FOUND TRUE)
+else()
+  set(IBVERBS_FOUND FALSE)
+endif()
+rf_resolve_option(RINGFOLD_WITH_IBVERBS IBVERBS_FOUND RINGFOLD_HAVE_IBVERBS)
+
+include(CheckLanguage)
+set(CUDA_FOUND FALSE)
+if(NOT RINGFOLD_WITH_CUDA STREQUAL "OFF")
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CUDA_FOUND TRUE)
+  endif()
+endif()
+rf_resolve_option(RINGFOLD_WITH_CUDA CUDA_FOUND RINGFOLD_HAVE_CUDA)
+
+find_package(cxxopts CONFIG QUIET)
+if(RINGFOLD_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,99 @@
+// Communicator: a group of `size` ranks, this process being `rank`, with one Connection to each
+// peer, a Reducer, and what every collective shares.
+//
+// Vocabulary
+//   sequence : every collective call takes the next sequence number. All ranks call collectives
+//              in the same order, so equal calls get equal numbers; tags are built from it, so
+//              messages of consecutive collectives never pair up by mistake.
+//   check    : the collective's arguments (kind, count, dtype, op, root) packed into the
+//              transport's 64-bit check word; a rank that disagrees is caught by the receiver.
+//   guarded  : each collective body runs inside guarded(): on any ringfold::Error it aborts the
+//              device with a readable message, so every rank fails with the same message
+//              instead of some of them hanging, and then rethrows. After that the communicator is
+//              unusable (as an NCCL communicator after ncclCommAbort).
+//
+// Contract: one thread at a time uses a communicator.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "reduce/reducer.h"
+#include "transport/connection.h"
+#include "transport/device.h"
+
+namespace ringfold {
+
+namespace rendezvous {
+class Store;
+}
+
+class Communicator {
+ public:
+  // Connects `device` to every other rank through `store` (keys under `prefix`).
+  static std::unique_ptr<Communicator> connect(rendezvous::Store& store, int rank, int size,
+                                               std::unique_ptr<transport::Device> device,
+                                               const std::string& prefix = "rf");
+
+  // Everything from the environment: rank and size from any supported launcher's variables,
+  // the TCP store (hosted by this process when it is rank 0 and nobody else hosts it), and the
+  // transport named by RINGFOLD_TRANSPORT. Errors name the variable that is wrong.
+  static std::unique_ptr<Communicator> fromEnvironment();
+
+  Communicator(int rank, int size, std::unique_ptr<transport::Device> device,
+               std::vector<std::unique_ptr<transport::Connection>> peers,
+               std::unique_ptr<Reducer> reducer);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  transport::Connection& peer(int rank);
+  transport::Device& device() { return *device_; }
+  Reducer& reducer() { return *reducer_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void setTimeout(std::chrono::milliseconds t) { timeout_ = t; }
+  size_t segmentBytes() const { return segmentBytes_; }
+  void setSegmentBytes(size_t bytes);
+
+  uint64_t nextSequence() { return sequence_++; }
+
+  // Scratch memory owned by the communicator, grown on demand and reused: steady state
+  // allocates nothing. Distinct slots are distinct buffers.
+  std::byte* scratch(size_t bytes, int slot = 0);
+
+  // Keeps `resource` alive as long as the communicator (e.g. the store and its server).
+  void keepAlive(std::shared_ptr<void> resource) { keepAlive_.push_back(std::move(resource)); }
+
+  template <typename Body>
+  void guarded(const char* collective, Body&& body) {
+    checkUsable(collective);
+    try {
+      body();
+    } catch (const Error& e) {
+      onError(collective, e);
+      throw;
+    }
+  }
+
+ private:
+  void checkUsable(const char* collective);
+  void onError(const char* collective, const Error& e);
+
+  int rank_;
+  int size_;
+  std::unique_ptr<transport::Device> device_;
+  std::vector<std::unique_ptr<transport::Connection>> peers_;
+  std::unique_ptr<Reducer> reducer_;
+  std::chrono::milliseconds timeout_;
+  size_t segmentBytes_;
+  uint64_t sequence_ = 0;
+  std::vector<std::vector<std::byte>> scratch_;
+  std::vector<std::shared_ptr<void>> keepAlive_;
+};
+
+}  // namespace ringfold

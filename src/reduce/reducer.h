@@ -1,0 +1,32 @@
+// Reducer: combines buffers element by element. The CPU reducer is cpu_reducer.h; the CUDA one
+// (kernels/) implements the same interface on a stream.
+//
+// Contract
+//   * reduce(dst, a, b, n, dtype, op, postScale): dst[i] = (a[i] op b[i]) * postScale.
+//     dst may be the same pointer as a or b (in place); partial overlap is not allowed.
+//     kAvg reduces like kSum: the caller divides once, at the end, through postScale.
+//     float16 and bfloat16 are computed in float32 and rounded to nearest-even once per
+//     element (including the scaling), so results do not depend on the vector width.
+//   * scale(dst, src, n, dtype, factor): dst[i] = src[i] * factor; factor 1 is a plain copy.
+//   * Integer scaling computes in double and rounds to nearest (halves away from zero), then
+//     converts, saturating to the type's range. Integer sums wrap (two's complement).
+//   * Every call is deterministic: the same inputs give the same bits on every machine path
+//     (AVX-512, AVX2, portable), so ranks with different CPUs still agree bitwise.
+//   * kBool is not reducible: InvalidArgument.
+#pragma once
+
+#include <cstddef>
+
+#include "common/dtype.h"
+
+namespace ringfold {
+
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  virtual void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype,
+                      ReduceOp op, double postScale = 1.0) = 0;
+  virtual void scale(void* dst, const void* src, size_t count, DataType dtype, double factor) = 0;
+};
+
+}  // namespace ringfold
