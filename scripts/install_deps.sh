@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what ringfold needs to build, test and benchmark, from Debian's packages only.
+# Idempotent and non-interactive: packages already present are skipped, and apt is not touched
+# at all when nothing is missing. CUDA (nvcc) and rdma-core are optional and never installed here.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config ccache git        # toolchain
+  liburing-dev                                       # io_uring TCP transport
+  libssl-dev                                         # HMAC for the rendezvous store
+  libcxxopts-dev                                     # bench flags
+  libgtest-dev libgmock-dev libbenchmark-dev         # tests, micro-benchmarks
+  libgloo-dev libopenmpi-dev openmpi-bin             # comparison baselines (bench/compare)
+  iproute2 iperf3 procps                             # emulated multi-host tests and benchmarks
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null

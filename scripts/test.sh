@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, build, run every CTest test.
+# Tests that need hardware this machine lacks (GPU, InfiniBand) skip and say why.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install_deps.sh"
+"$root/scripts/build.sh"
+build=${BUILD_DIR:-$root/build}
+cd "$build"
+ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}" "$@"
