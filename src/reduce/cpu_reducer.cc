@@ -1,0 +1,135 @@
+#include "reduce/cpu_reducer.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "common/params.h"
+#include "reduce/kernel_table.h"
+
+namespace ringfold {
+namespace {
+
+using reduce_detail::KernelTable;
+
+bool cpuSupports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kPortable: return true;
+#if defined(RINGFOLD_REDUCE_X86)
+    case CpuIsa::kAvx2:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case CpuIsa::kAvx512:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("f16c");
+#else
+    case CpuIsa::kAvx2:
+    case CpuIsa::kAvx512: return false;
+#endif
+  }
+  return false;
+}
+
+const KernelTable& kernelsFor(CpuIsa isa) {
+  switch (isa) {
+#if defined(RINGFOLD_REDUCE_X86)
+    case CpuIsa::kAvx512: return reduce_detail::avx512Kernels();
+    case CpuIsa::kAvx2: return reduce_detail::avx2Kernels();
+#endif
+    default: return reduce_detail::portableKernels();
+  }
+}
+
+// True when [p, p+bytes) and [q, q+bytes) share a byte but do not start at the same address.
+bool partialOverlap(const void* p, const void* q, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(p);
+  const auto y = reinterpret_cast<uintptr_t>(q);
+  if (x == y || bytes == 0) return false;
+  return x < y ? y - x < bytes : x - y < bytes;
+}
+
+void checkDtype(DataType dtype) {
+  const int d = static_cast<int>(dtype);
+  RF_ENFORCE(d >= 0 && d < kNumDataTypes && isReducible(dtype), "reducer: data type ",
+             dataTypeName(dtype), " (", d, ") cannot be reduced");
+}
+
+class CpuReducer final : public Reducer {
+ public:
+  explicit CpuReducer(CpuIsa isa) : kernels_(kernelsFor(isa)) {}
+
+  void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
+              double postScale) override {
+    checkDtype(dtype);
+    int o = static_cast<int>(op);
+    RF_ENFORCE(o >= 0 && o < kNumReduceOps, "reducer: unknown reduce op ", o);
+    if (op == ReduceOp::kAvg) o = static_cast<int>(ReduceOp::kSum);
+    if (count == 0) return;
+    RF_ENFORCE(dst != nullptr && a != nullptr && b != nullptr, "reducer: null buffer for ", count,
+               " elements");
+    const size_t bytes = count * dataTypeSize(dtype);
+    RF_ENFORCE(!partialOverlap(dst, a, bytes) && !partialOverlap(dst, b, bytes),
+               "reducer: dst partially overlaps a source (only dst == a or dst == b is allowed)");
+    const int scaled = postScale != 1.0 ? 1 : 0;
+    kernels_.reduce[static_cast<int>(dtype)][o][scaled](dst, a, b, count, postScale);
+  }
+
+  void scale(void* dst, const void* src, size_t count, DataType dtype, double factor) override {
+    checkDtype(dtype);
+    if (count == 0) return;
+    RF_ENFORCE(dst != nullptr && src != nullptr, "reducer: null buffer for ", count, " elements");
+    const size_t bytes = count * dataTypeSize(dtype);
+    RF_ENFORCE(!partialOverlap(dst, src, bytes),
+               "reducer: scale dst partially overlaps src (only dst == src is allowed)");
+    if (factor == 1.0) {
+      if (dst != src) std::memcpy(dst, src, bytes);
+      return;
+    }
+    kernels_.scale[static_cast<int>(dtype)](dst, src, count, factor);
+  }
+
+ private:
+  const KernelTable& kernels_;
+};
+
+}  // namespace
+
+CpuIsa detectCpuIsa() {
+  if (cpuSupports(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  if (cpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kPortable;
+}
+
+const char* cpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kPortable: return "portable";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Reducer> makeCpuReducer(CpuIsa isa) {
+  RF_ENFORCE(isa == CpuIsa::kPortable || isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512,
+             "unknown CPU ISA ", static_cast<int>(isa));
+  if (!cpuSupports(isa)) {
+    RF_THROW(InvalidArgument, "CPU reducer path '", cpuIsaName(isa),
+             "' is not supported by this CPU (best available: ", cpuIsaName(detectCpuIsa()), ")");
+  }
+  return std::make_unique<CpuReducer>(isa);
+}
+
+std::unique_ptr<Reducer> makeCpuReducer() {
+  const std::string name = params::kCpuIsa.str();
+  if (name == "auto" || name.empty()) return makeCpuReducer(detectCpuIsa());
+  if (name == "avx512") return makeCpuReducer(CpuIsa::kAvx512);
+  if (name == "avx2") return makeCpuReducer(CpuIsa::kAvx2);
+  if (name == "portable") return makeCpuReducer(CpuIsa::kPortable);
+  RF_THROW(InvalidArgument, "RINGFOLD_CPU_ISA='", name,
+           "' is not one of auto, avx512, avx2, portable");
+}
+
+}  // namespace ringfold

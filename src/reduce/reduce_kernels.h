@@ -1,0 +1,240 @@
+// The reduction kernels, written once as templates over a Simd type (simd_scalar.h,
+// simd_avx2.h, simd_avx512.h) and compiled once per ISA.
+//
+// Include this only from a kernels_<isa>.cc that first defines:
+//   RF_ISA_NS          a namespace name unique to the translation unit (portable, avx2, avx512)
+//   RF_TABLE_FN        the getter it exports (portableKernels, avx2Kernels, avx512Kernels)
+//   RF_INT_VEC_BYTES   the integer vector width in bytes (16, 32, 64)
+//   ringfold::reduce_detail::RF_ISA_NS::Simd   the float vector type
+// Everything else has internal linkage, so the linker never mixes code built for different ISAs.
+//
+// Floats: a vector main loop, then the exact scalar definition (ScalarSimd) for the tail, so every
+// element gets the same operations whatever its position. Integers: GCC vector extensions of
+// RF_INT_VEC_BYTES bytes; sum and prod in unsigned arithmetic (wrap-around), scaling in double.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "reduce/kernel_table.h"
+#include "reduce/simd_scalar.h"
+
+namespace ringfold::reduce_detail::RF_ISA_NS {
+namespace {
+
+enum class Fmt { kHalf, kBf16, kF32, kF64 };
+
+template <Fmt F>
+struct Io;
+template <>
+struct Io<Fmt::kHalf> {
+  using T = uint16_t;
+  using C = float;
+  template <class S> static constexpr size_t lanes() { return S::kF; }
+  template <class S> static auto load(const T* p) { return S::loadHalf(p); }
+  template <class S, class V> static void store(T* p, V v) { S::storeHalf(p, v); }
+};
+template <>
+struct Io<Fmt::kBf16> {
+  using T = uint16_t;
+  using C = float;
+  template <class S> static constexpr size_t lanes() { return S::kF; }
+  template <class S> static auto load(const T* p) { return S::loadBf16(p); }
+  template <class S, class V> static void store(T* p, V v) { S::storeBf16(p, v); }
+};
+template <>
+struct Io<Fmt::kF32> {
+  using T = float;
+  using C = float;
+  template <class S> static constexpr size_t lanes() { return S::kF; }
+  template <class S> static auto load(const T* p) { return S::load(p); }
+  template <class S, class V> static void store(T* p, V v) { S::store(p, v); }
+};
+template <>
+struct Io<Fmt::kF64> {
+  using T = double;
+  using C = double;
+  template <class S> static constexpr size_t lanes() { return S::kD; }
+  template <class S> static auto load(const T* p) { return S::load(p); }
+  template <class S, class V> static void store(T* p, V v) { S::store(p, v); }
+};
+
+struct FSum {
+  static constexpr bool kCanon = true;
+  template <class S, class V> static V apply(V a, V b) { return S::add(a, b); }
+};
+struct FProd {
+  static constexpr bool kCanon = true;
+  template <class S, class V> static V apply(V a, V b) { return S::mul(a, b); }
+};
+struct FMax {
+  static constexpr bool kCanon = false;  // already canonical
+  template <class S, class V> static V apply(V a, V b) { return S::max(a, b); }
+};
+struct FMin {
+  static constexpr bool kCanon = false;
+  template <class S, class V> static V apply(V a, V b) { return S::min(a, b); }
+};
+
+template <class S, Fmt F, class Op, bool kScaled>
+void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double scale) {
+  using IO = Io<F>;
+  using T = typename IO::T;
+  using C = typename IO::C;
+  T* dst = static_cast<T*>(dstv);
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+  constexpr size_t L = IO::template lanes<S>();
+  const auto vs = S::splat(static_cast<C>(scale));
+  size_t i = 0;
+#pragma GCC unroll 2
+  for (; i + L <= n; i += L) {
+    auto r = Op::template apply<S>(IO::template load<S>(a + i), IO::template load<S>(b + i));
+    if constexpr (kScaled) r = S::mul(r, vs);
+    if constexpr (kScaled || Op::kCanon) r = S::canon(r);
+    IO::template store<S>(dst + i, r);
+  }
+  if constexpr (L > 1) {
+    if (i < n) reduceFloat<ScalarSimd, F, Op, kScaled>(dst + i, a + i, b + i, n - i, scale);
+  }
+}
+
+template <class S, Fmt F>
+void scaleFloat(void* dstv, const void* srcv, size_t n, double factor) {
+  using IO = Io<F>;
+  using T = typename IO::T;
+  using C = typename IO::C;
+  T* dst = static_cast<T*>(dstv);
+  const T* src = static_cast<const T*>(srcv);
+  constexpr size_t L = IO::template lanes<S>();
+  const auto vs = S::splat(static_cast<C>(factor));
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    IO::template store<S>(dst + i, S::canon(S::mul(IO::template load<S>(src + i), vs)));
+  }
+  if constexpr (L > 1) {
+    if (i < n) scaleFloat<ScalarSimd, F>(dst + i, src + i, n - i, factor);
+  }
+}
+
+// round(x) with halves away from zero, saturated to T's range; NaN gives 0.
+template <class T>
+T roundSaturate(double x) {
+  if (x != x) return 0;
+  const double r = __builtin_round(x);
+  constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double kHiExclusive = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
+  if (r <= kLo) return std::numeric_limits<T>::min();
+  if (r >= kHiExclusive) return std::numeric_limits<T>::max();
+  return static_cast<T>(r);
+}
+
+struct ISum {
+  static constexpr bool kUnsigned = true;
+  template <class V> static V apply(V a, V b) { return static_cast<V>(a + b); }
+};
+struct IProd {
+  static constexpr bool kUnsigned = true;
+  template <class V> static V apply(V a, V b) { return static_cast<V>(a * b); }
+};
+struct IMax {
+  static constexpr bool kUnsigned = false;
+  template <class V> static V apply(V a, V b) { return a > b ? a : b; }
+};
+struct IMin {
+  static constexpr bool kUnsigned = false;
+  template <class V> static V apply(V a, V b) { return a < b ? a : b; }
+};
+
+template <class T, class Op, bool kScaled>
+void reduceInt(void* dstv, const void* av, const void* bv, size_t n, double scale) {
+  using E = std::conditional_t<Op::kUnsigned, std::make_unsigned_t<T>, T>;
+  auto* dst = static_cast<unsigned char*>(dstv);
+  const auto* a = static_cast<const unsigned char*>(av);
+  const auto* b = static_cast<const unsigned char*>(bv);
+  size_t i = 0;
+  if constexpr (!kScaled) {
+    typedef E V __attribute__((vector_size(RF_INT_VEC_BYTES)));
+    constexpr size_t L = sizeof(V) / sizeof(E);
+#pragma GCC unroll 2
+    for (; i + L <= n; i += L) {
+      V x, y;
+      std::memcpy(&x, a + i * sizeof(E), sizeof x);
+      std::memcpy(&y, b + i * sizeof(E), sizeof y);
+      const V r = Op::apply(x, y);
+      std::memcpy(dst + i * sizeof(E), &r, sizeof r);
+    }
+  }
+  for (; i < n; ++i) {
+    E x, y;
+    std::memcpy(&x, a + i * sizeof(E), sizeof x);
+    std::memcpy(&y, b + i * sizeof(E), sizeof y);
+    const E r = Op::apply(x, y);
+    T out = static_cast<T>(r);
+    if constexpr (kScaled) out = roundSaturate<T>(static_cast<double>(out) * scale);
+    std::memcpy(dst + i * sizeof(T), &out, sizeof out);
+  }
+}
+
+template <class T>
+void scaleInt(void* dstv, const void* srcv, size_t n, double factor) {
+  auto* dst = static_cast<T*>(dstv);
+  const auto* src = static_cast<const T*>(srcv);
+  for (size_t i = 0; i < n; ++i) dst[i] = roundSaturate<T>(static_cast<double>(src[i]) * factor);
+}
+
+template <class S, Fmt F>
+void fillFloat(KernelTable& t, DataType d) {
+  auto& r = t.reduce[static_cast<int>(d)];
+  r[0][0] = &reduceFloat<S, F, FSum, false>;
+  r[0][1] = &reduceFloat<S, F, FSum, true>;
+  r[1][0] = &reduceFloat<S, F, FProd, false>;
+  r[1][1] = &reduceFloat<S, F, FProd, true>;
+  r[2][0] = &reduceFloat<S, F, FMax, false>;
+  r[2][1] = &reduceFloat<S, F, FMax, true>;
+  r[3][0] = &reduceFloat<S, F, FMin, false>;
+  r[3][1] = &reduceFloat<S, F, FMin, true>;
+  t.scale[static_cast<int>(d)] = &scaleFloat<S, F>;
+}
+
+template <class T>
+void fillInt(KernelTable& t, DataType d) {
+  auto& r = t.reduce[static_cast<int>(d)];
+  r[0][0] = &reduceInt<T, ISum, false>;
+  r[0][1] = &reduceInt<T, ISum, true>;
+  r[1][0] = &reduceInt<T, IProd, false>;
+  r[1][1] = &reduceInt<T, IProd, true>;
+  r[2][0] = &reduceInt<T, IMax, false>;
+  r[2][1] = &reduceInt<T, IMax, true>;
+  r[3][0] = &reduceInt<T, IMin, false>;
+  r[3][1] = &reduceInt<T, IMin, true>;
+  t.scale[static_cast<int>(d)] = &scaleInt<T>;
+}
+
+KernelTable makeTable() {
+  KernelTable t{};
+  fillInt<int8_t>(t, DataType::kInt8);
+  fillInt<uint8_t>(t, DataType::kUint8);
+  fillInt<int32_t>(t, DataType::kInt32);
+  fillInt<uint32_t>(t, DataType::kUint32);
+  fillInt<int64_t>(t, DataType::kInt64);
+  fillInt<uint64_t>(t, DataType::kUint64);
+  fillFloat<Simd, Fmt::kHalf>(t, DataType::kFloat16);
+  fillFloat<Simd, Fmt::kBf16>(t, DataType::kBfloat16);
+  fillFloat<Simd, Fmt::kF32>(t, DataType::kFloat32);
+  fillFloat<Simd, Fmt::kF64>(t, DataType::kFloat64);
+  return t;
+}
+
+}  // namespace
+}  // namespace ringfold::reduce_detail::RF_ISA_NS
+
+namespace ringfold::reduce_detail {
+const KernelTable& RF_TABLE_FN() {
+  static const KernelTable table = RF_ISA_NS::makeTable();
+  return table;
+}
+}  // namespace ringfold::reduce_detail
