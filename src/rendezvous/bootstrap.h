@@ -13,6 +13,18 @@
 // A set that is only partly present, a value that is not a number, rank >= size,
 // local rank >= local size, or RINGFOLD_* and HOROVOD_* values that disagree throw
 // InvalidArgument naming the variable(s) at fault.
+//
+// Derived values (full rules and examples in bootstrap.cc's header comment):
+//   * local rank/size default to 0/1 only for a single process; under slurm the local size is
+//     this node's entry of SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1").
+//   * cross rank/size: *_CROSS_* when set, else torchrun's GROUP_RANK (and GROUP_WORLD_SIZE or
+//     WORLD_SIZE/LOCAL_WORLD_SIZE), else rank/localSize and size/localSize when size is a
+//     multiple of localSize (block placement assumed); otherwise -1 (unknown).
+//   * store: RINGFOLD_STORE_ADDR/PORT, or the launcher's own (MASTER_ADDR/PORT, horovodrun's
+//     rendezvous address), the first slurm node, 127.0.0.1 for a one-host Open MPI job; ports
+//     of launchers' own servers are skipped (+1).
+//   * secret: RINGFOLD_SECRET, or (not under ringfoldrun) derived from the job's identity,
+//     with a warning that this only keeps other jobs out by accident, not by design.
 #pragma once
 
 #include <string>
@@ -24,8 +36,8 @@ struct BootstrapInfo {
   int size = 1;
   int localRank = 0;
   int localSize = 1;
-  int crossRank = 0;
-  int crossSize = 1;
+  int crossRank = 0;       // -1 when it cannot be derived (uneven placement)
+  int crossSize = 1;       // -1 when it cannot be derived
   std::string storeAddr;  // empty for a single process
   int storePort = 0;
   std::string secret;     // raw bytes of the job secret
@@ -34,5 +46,13 @@ struct BootstrapInfo {
 };
 
 BootstrapInfo bootstrapFromEnvironment();
+
+namespace detail {
+// First host of a slurm node list: "node[03-05,7],gpu1" -> "node03".
+std::string firstSlurmHost(const std::string& nodeList);
+// Tasks on node `nodeId` (or the first node when nodeId < 0) of a slurm tasks-per-node list:
+// "2(x3),1" -> 2 for nodes 0..2, 1 for node 3. Throws InvalidArgument naming `what`.
+int slurmTasksOnNode(const std::string& tasksPerNode, int nodeId, const std::string& what);
+}  // namespace detail
 
 }  // namespace ringfold::rendezvous

@@ -1,19 +1,34 @@
 // TcpStore: the Store over TCP. TcpStoreServer holds the keys; TcpStore is its client.
 //
-// Protocol (all integers little-endian):
+// Protocol (all integers little-endian; a "field" is u32 length + that many bytes):
 //   handshake : server sends a 32-byte random nonce; the client answers
 //               HMAC-SHA256(secret, "ringfold-store-v1" || nonce) and its own 32-byte nonce;
 //               the server checks (constant time) and answers HMAC(secret, "ringfold-store-srv" ||
 //               client nonce), so both sides prove they hold the secret. A wrong or missing
-//               answer closes the connection and is logged with the peer's address.
-//   request   : u8 op (SET, GET, ADD, CHECK) then length-prefixed fields (u32 length + bytes).
-//               Every length is checked against RINGFOLD_STORE_MAX_VALUE_BYTES before anything
-//               is allocated; an oversized prefix closes the connection with an error logged.
-//   GET waits on the server (no polling) until the key exists; the client enforces the timeout.
-// The server is one thread driving epoll; it serves thousands of concurrent clients.
+//               answer (or none within the handshake timeout) closes the connection, is logged
+//               with the peer's address and is counted in refusedCount().
+//   request   : u8 op then its fields; one request at a time per connection:
+//                 SET    (1) key, value           -> u8 status
+//                 GET    (2) key                  -> u8 status, value        (when the key exists)
+//                 ADD    (3) key, i64 delta       -> u8 status, i64 new value
+//                 CHECK  (4) u32 count, keys      -> u8 status, u8 all-present
+//                 CANCEL (5)  only while a GET waits: the server answers that GET with status
+//                             CANCELLED (or with its value, if it raced with a set); ignored
+//                             otherwise.
+//               status: 0 OK, 1 ERROR (followed by a message field), 2 CANCELLED.
+//               Every length is checked against its bound (keys: 4 KiB; values and the keys of
+//               one CHECK together: RINGFOLD_STORE_MAX_VALUE_BYTES) before anything is
+//               allocated; an oversized prefix or unknown op closes that connection with a
+//               warning logged, and the server keeps serving everyone else.
+//   GET waits on the server (no polling) until the key exists; the client enforces the timeout
+//   and then sends CANCEL, so the connection stays usable.
+// The server is one thread driving epoll over non-blocking sockets; it serves thousands of
+// concurrent clients. The secret is used as given (its bytes are the HMAC key); it must not be
+// empty.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,10 +40,13 @@ namespace ringfold::rendezvous {
 class TcpStoreServer {
  public:
   // Listens on bindAddr:port (port 0 picks a free one) and starts the server thread.
-  TcpStoreServer(const std::string& bindAddr, int port, std::string secret);
+  // bindAddr may be a numeric address or a host name; "" or "0.0.0.0" listens everywhere.
+  TcpStoreServer(const std::string& bindAddr, int port, std::string secret,
+                 std::chrono::milliseconds handshakeTimeout = std::chrono::seconds(5));
   ~TcpStoreServer();  // stops the thread and closes every connection
   int port() const;
-  // Number of handshakes refused so far (wrong secret, oversized or malformed input).
+  // Number of connections refused so far: wrong secret, handshake not completed in time,
+  // oversized or malformed input.
   int64_t refusedCount() const;
 
  private:
@@ -36,11 +54,16 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Thread-safe: each call borrows an idle authenticated connection from a small pool (opening
+// a new one when all are busy), so a get() that waits never blocks another thread's set().
+// A TcpStore must not be used across fork(); a child process creates its own.
 class TcpStore : public Store {
  public:
   // Connects (retrying until connectTimeout, for a server that is still starting) and
   // authenticates. Throws TimeoutError naming host:port if it cannot connect in time, and
   // Error("... refused: wrong secret ...") if the server rejects the secret.
+  // A server that disappears later makes calls throw IoError(-1, "rendezvous store at
+  // host:port closed the connection").
   TcpStore(const std::string& host, int port, std::string secret,
            std::chrono::milliseconds connectTimeout);
   ~TcpStore() override;

@@ -1,0 +1,56 @@
+#include "rendezvous/secret.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.h"
+#include "common/params.h"
+#include "rendezvous/tcp_store_protocol.h"
+
+namespace ringfold::rendezvous {
+
+std::string generateSecret() {
+  uint8_t raw[32];
+  wire::randomBytes(raw, sizeof raw);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * sizeof raw);
+  for (uint8_t c : raw) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+namespace wire {
+
+uint32_t maxValueBytes() {
+  uint64_t v = params::kStoreMaxValueBytes.asBytes();
+  return static_cast<uint32_t>(std::min<uint64_t>(v, std::numeric_limits<uint32_t>::max() - 64));
+}
+
+void proof(const std::string& secret, std::string_view label, const uint8_t* nonce, uint8_t* out) {
+  uint8_t msg[64 + kNonceBytes];
+  RF_ENFORCE(label.size() <= 64, "label too long");
+  std::copy(label.begin(), label.end(), msg);
+  std::copy(nonce, nonce + kNonceBytes, msg + label.size());
+  unsigned int len = 0;
+  const unsigned char* r = HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg,
+                                label.size() + kNonceBytes, out, &len);
+  RF_ENFORCE(r != nullptr && len == kMacBytes, "HMAC-SHA256 failed in OpenSSL");
+}
+
+bool macEqual(const uint8_t* a, const uint8_t* b) { return CRYPTO_memcmp(a, b, kMacBytes) == 0; }
+
+void randomBytes(uint8_t* out, size_t n) {
+  RF_ENFORCE(RAND_bytes(out, static_cast<int>(n)) == 1,
+             "OpenSSL RAND_bytes failed: no secure random source");
+}
+
+}  // namespace wire
+}  // namespace ringfold::rendezvous

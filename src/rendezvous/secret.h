@@ -1,0 +1,15 @@
+// Job secrets for the rendezvous store.
+//
+// generateSecret() returns 32 bytes from OpenSSL's CSPRNG (RAND_bytes), hex-encoded: 64
+// characters [0-9a-f]. ringfoldrun creates one per job and hands it to every rank as
+// RINGFOLD_SECRET; the store uses the string's bytes as given as the HMAC key, so any
+// non-empty text works as a secret too.
+#pragma once
+
+#include <string>
+
+namespace ringfold::rendezvous {
+
+std::string generateSecret();
+
+}  // namespace ringfold::rendezvous

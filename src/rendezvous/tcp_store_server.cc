@@ -1,0 +1,656 @@
+// TcpStoreServer: one thread, epoll over non-blocking sockets, one small state machine per
+// connection:
+//
+//   kHandshake --(valid client proof)--> kReady <--(value / CANCEL)--> kParked (GET waiting)
+//
+// Vocabulary: `in` holds bytes read but not yet parsed; `out` holds bytes not yet written.
+// A connection reads only while `out` is empty (back-pressure: a client that does not read
+// its answers stops being read), and parses one request at a time. A GET on a missing key parks
+// the connection under waiters_[key]; set/add of that key answers it. Lengths are checked as
+// soon as their prefix arrives, before the body is buffered, so `in` never grows past one
+// bounded request plus one read chunk.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_protocol.h"
+
+namespace ringfold::rendezvous {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t kListenId = 0;
+constexpr uint64_t kWakeId = 1;
+constexpr int kBacklog = 4096;         // the kernel clamps it to net.core.somaxconn
+constexpr size_t kReadChunk = 65536;
+constexpr int kReadsPerEvent = 16;     // fairness: at most 1 MiB per connection per wakeup
+
+std::string peerName(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+
+enum class Parse { kIncomplete, kDone, kBad };
+
+struct Request {
+  uint8_t op = 0;
+  std::string key;
+  std::vector<uint8_t> value;
+  int64_t delta = 0;
+  std::vector<std::string> keys;
+};
+
+// Parses one request from the front of [p, p+n). On kDone, `used` is its size; on kBad,
+// `why` explains. Length prefixes are validated as soon as they are complete.
+class RequestParser {
+ public:
+  RequestParser(const uint8_t* p, size_t n, uint32_t maxValue) : p_(p), n_(n), maxValue_(maxValue) {}
+
+  Parse parse(Request& req, size_t& used, std::string& why) {
+    if (n_ < 1) return Parse::kIncomplete;
+    req.op = p_[0];
+    pos_ = 1;
+    Parse r = Parse::kDone;
+    switch (req.op) {
+      case wire::kSet:
+        if ((r = field(req.key, wire::kMaxKeyBytes, "key", why)) != Parse::kDone) return r;
+        if ((r = field(req.value, maxValue_, "value", why)) != Parse::kDone) return r;
+        break;
+      case wire::kGet:
+        if ((r = field(req.key, wire::kMaxKeyBytes, "key", why)) != Parse::kDone) return r;
+        break;
+      case wire::kAdd:
+        if ((r = field(req.key, wire::kMaxKeyBytes, "key", why)) != Parse::kDone) return r;
+        if (n_ - pos_ < 8) return Parse::kIncomplete;
+        req.delta = static_cast<int64_t>(wire::getU64(p_ + pos_));
+        pos_ += 8;
+        break;
+      case wire::kCheck: {
+        if (n_ - pos_ < 4) return Parse::kIncomplete;
+        uint32_t count = wire::getU32(p_ + pos_);
+        pos_ += 4;
+        if (count > wire::kMaxCheckKeys) {
+          why = "CHECK of " + std::to_string(count) + " keys exceeds the limit of " +
+                std::to_string(wire::kMaxCheckKeys);
+          return Parse::kBad;
+        }
+        uint64_t total = 0;
+        req.keys.assign(count, std::string());
+        for (uint32_t i = 0; i < count; ++i) {
+          if ((r = field(req.keys[i], wire::kMaxKeyBytes, "key", why)) != Parse::kDone) return r;
+          total += req.keys[i].size();
+          if (total > maxValue_) {
+            why = "CHECK keys exceed " + std::to_string(maxValue_) + " bytes in total";
+            return Parse::kBad;
+          }
+        }
+        break;
+      }
+      case wire::kCancel:
+        break;
+      default:
+        why = "unknown request op " + std::to_string(req.op);
+        return Parse::kBad;
+    }
+    used = pos_;
+    return Parse::kDone;
+  }
+
+ private:
+  template <typename Bytes>
+  Parse field(Bytes& out, uint32_t limit, const char* what, std::string& why) {
+    if (n_ - pos_ < 4) return Parse::kIncomplete;
+    uint32_t len = wire::getU32(p_ + pos_);
+    if (len > limit) {
+      why = std::string(what) + " length " + std::to_string(len) + " exceeds the limit of " +
+            std::to_string(limit) + " bytes";
+      return Parse::kBad;
+    }
+    if (n_ - pos_ - 4 < len) return Parse::kIncomplete;
+    out.assign(p_ + pos_ + 4, p_ + pos_ + 4 + len);
+    pos_ += 4 + len;
+    return Parse::kDone;
+  }
+
+  const uint8_t* p_;
+  size_t n_;
+  size_t pos_ = 0;
+  uint32_t maxValue_;
+};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  enum class State { kHandshake, kReady, kParked };
+  struct Conn {
+    int fd = -1;
+    uint64_t id = 0;
+    std::string peer;
+    State state = State::kHandshake;
+    std::vector<uint8_t> in;
+    std::vector<uint8_t> out;
+    size_t outPos = 0;
+    uint32_t events = 0;
+    bool dead = false;
+    uint8_t nonce[wire::kNonceBytes];
+    std::string parkedKey;
+  };
+
+  std::string secret;
+  std::chrono::milliseconds handshakeTimeout;
+  uint32_t maxValue = wire::maxValueBytes();
+  int listenFd = -1;
+  int epollFd = -1;
+  int wakeFd = -1;
+  int port = 0;
+  std::atomic<int64_t> refused{0};
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  // Owned by the server thread only.
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
+  uint64_t nextId = 2;
+  std::deque<std::pair<Clock::time_point, uint64_t>> handshakeDeadlines;
+  std::unordered_map<std::string, std::vector<uint8_t>> data;
+  std::unordered_map<std::string, std::vector<uint64_t>> waiters;
+  std::vector<uint64_t> toClose;
+  std::deque<uint64_t> toProcess;
+  std::optional<Clock::time_point> acceptPausedUntil;
+
+  ~Impl() {
+    for (auto& [id, c] : conns) ::close(c->fd);
+    if (listenFd >= 0) ::close(listenFd);
+    if (wakeFd >= 0) ::close(wakeFd);
+    if (epollFd >= 0) ::close(epollFd);
+  }
+
+  void listenOn(const std::string& bindAddr, int wantPort) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* res = nullptr;
+    const std::string service = std::to_string(wantPort);
+    const char* node = (bindAddr.empty() || bindAddr == "0.0.0.0") ? nullptr : bindAddr.c_str();
+    if (node == nullptr) hints.ai_family = AF_INET;
+    int rc = ::getaddrinfo(node, service.c_str(), &hints, &res);
+    if (rc != 0) {
+      RF_THROW(InvalidArgument, "rendezvous store cannot resolve bind address '", bindAddr,
+               "': ", gai_strerror(rc));
+    }
+    std::string lastError = "no address";
+    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        lastError = std::strerror(errno);
+        continue;
+      }
+      int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, kBacklog) == 0) {
+        listenFd = fd;
+        break;
+      }
+      lastError = std::strerror(errno);
+      ::close(fd);
+    }
+    ::freeaddrinfo(res);
+    if (listenFd < 0) {
+      RF_THROW(Error, "rendezvous store cannot listen on ", bindAddr.empty() ? "*" : bindAddr, ":",
+               wantPort, ": ", lastError);
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    RF_CHECK_ERRNO(::getsockname(listenFd, reinterpret_cast<sockaddr*>(&addr), &len));
+    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  }
+
+  void setup() {
+    epollFd = ::epoll_create1(EPOLL_CLOEXEC);
+    RF_CHECK_ERRNO(epollFd, "epoll_create1");
+    wakeFd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    RF_CHECK_ERRNO(wakeFd, "eventfd");
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kWakeId;
+    RF_CHECK_ERRNO(::epoll_ctl(epollFd, EPOLL_CTL_ADD, wakeFd, &ev));
+    ev.data.u64 = kListenId;
+    RF_CHECK_ERRNO(::epoll_ctl(epollFd, EPOLL_CTL_ADD, listenFd, &ev));
+  }
+
+  // ---- connection bookkeeping ------------------------------------------------------------
+
+  Conn* find(uint64_t id) {
+    auto it = conns.find(id);
+    return it == conns.end() || it->second->dead ? nullptr : it->second.get();
+  }
+
+  void markDead(Conn& c) {
+    if (c.dead) return;
+    c.dead = true;
+    toClose.push_back(c.id);
+  }
+
+  void refuse(Conn& c, const std::string& why) {
+    if (c.dead) return;
+    refused.fetch_add(1);
+    RF_LOG(kWarning) << "rendezvous store refused connection from " << c.peer << ": " << why;
+    markDead(c);
+  }
+
+  void unpark(Conn& c) {
+    auto it = waiters.find(c.parkedKey);
+    if (it != waiters.end()) {
+      std::erase(it->second, c.id);
+      if (it->second.empty()) waiters.erase(it);
+    }
+    c.parkedKey.clear();
+    c.state = State::kReady;
+  }
+
+  void closeDead() {
+    for (uint64_t id : toClose) {
+      auto it = conns.find(id);
+      if (it == conns.end()) continue;
+      Conn& c = *it->second;
+      if (c.state == State::kParked) unpark(c);
+      ::epoll_ctl(epollFd, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+      conns.erase(it);
+    }
+    toClose.clear();
+  }
+
+  void setEvents(Conn& c) {
+    uint32_t want = c.outPos < c.out.size() ? EPOLLOUT : EPOLLIN;
+    if (want == c.events || c.dead) return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = c.id;
+    if (::epoll_ctl(epollFd, EPOLL_CTL_MOD, c.fd, &ev) != 0) {
+      RF_LOG(kWarning) << "rendezvous store: epoll_ctl failed for " << c.peer << ": "
+                       << std::strerror(errno);
+      markDead(c);
+      return;
+    }
+    c.events = want;
+  }
+
+  // Writes what it can of `out`; switches the connection to EPOLLOUT while bytes remain.
+  void flush(Conn& c) {
+    while (c.outPos < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.outPos, c.out.size() - c.outPos, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.outPos += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      RF_LOG(kDebug) << "rendezvous store: write to " << c.peer << " failed: " << std::strerror(errno);
+      markDead(c);
+      return;
+    }
+    if (c.outPos == c.out.size()) {
+      c.out.clear();
+      c.outPos = 0;
+    }
+    setEvents(c);
+  }
+
+  // ---- accept --------------------------------------------------------------------------
+
+  void pauseAccept(Clock::time_point until) {
+    epoll_event ev{};
+    ev.data.u64 = kListenId;
+    ::epoll_ctl(epollFd, EPOLL_CTL_MOD, listenFd, &ev);
+    acceptPausedUntil = until;
+  }
+
+  void resumeAcceptIfDue(Clock::time_point now) {
+    if (!acceptPausedUntil || now < *acceptPausedUntil) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    ::epoll_ctl(epollFd, EPOLL_CTL_MOD, listenFd, &ev);
+    acceptPausedUntil.reset();
+  }
+
+  void acceptAll() {
+    for (int i = 0; i < 1024; ++i) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&addr), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        // Out of descriptors or memory: stop accepting briefly instead of spinning.
+        RF_LOG(kWarning) << "rendezvous store cannot accept: " << std::strerror(errno)
+                         << "; pausing new connections for 100 ms";
+        pauseAccept(Clock::now() + std::chrono::milliseconds(100));
+        return;
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Conn>();
+      c->fd = fd;
+      c->id = nextId++;
+      c->peer = peerName(addr);
+      try {
+        wire::randomBytes(c->nonce, sizeof c->nonce);
+      } catch (const std::exception& e) {
+        RF_LOG(kError) << "rendezvous store: " << e.what();
+        ::close(fd);
+        continue;
+      }
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = c->id;
+      if (::epoll_ctl(epollFd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        RF_LOG(kWarning) << "rendezvous store: epoll_ctl failed: " << std::strerror(errno);
+        ::close(fd);
+        continue;
+      }
+      c->events = EPOLLIN;
+      Conn& ref = *c;
+      conns.emplace(ref.id, std::move(c));
+      handshakeDeadlines.emplace_back(Clock::now() + handshakeTimeout, ref.id);
+      ref.out.assign(ref.nonce, ref.nonce + sizeof ref.nonce);
+      flush(ref);
+    }
+  }
+
+  // ---- requests ------------------------------------------------------------------------
+
+  void reply(Conn& c, uint8_t status) { c.out.push_back(status); }
+
+  void sendValue(Conn& c, const std::vector<uint8_t>& v) {
+    reply(c, wire::kOk);
+    wire::putField(c.out, v.data(), v.size());
+  }
+
+  // Answers every connection parked on `key`.
+  void wake(const std::string& key) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    std::vector<uint64_t> ids = std::move(it->second);
+    waiters.erase(it);
+    const std::vector<uint8_t>& v = data[key];
+    for (uint64_t id : ids) {
+      Conn* w = find(id);
+      if (w == nullptr || w->state != State::kParked || w->parkedKey != key) continue;
+      w->parkedKey.clear();
+      w->state = State::kReady;
+      sendValue(*w, v);
+      flush(*w);
+      if (!w->in.empty()) toProcess.push_back(id);
+    }
+  }
+
+  void handle(Conn& c, Request& req) {
+    switch (req.op) {
+      case wire::kSet:
+        data[req.key] = std::move(req.value);
+        reply(c, wire::kOk);
+        wake(req.key);
+        break;
+      case wire::kGet: {
+        auto it = data.find(req.key);
+        if (it != data.end()) {
+          sendValue(c, it->second);
+        } else {
+          c.state = State::kParked;
+          c.parkedKey = req.key;
+          waiters[req.key].push_back(c.id);
+        }
+        break;
+      }
+      case wire::kAdd: {
+        int64_t value = 0;
+        auto it = data.find(req.key);
+        if (it != data.end()) {
+          std::string text(it->second.begin(), it->second.end());
+          try {
+            value = params::parseInt(text, "store counter '" + req.key + "'");
+          } catch (const std::exception& e) {
+            reply(c, wire::kError);
+            std::string msg = e.what();
+            wire::putField(c.out, msg.data(), msg.size());
+            break;
+          }
+        }
+        value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(req.delta));
+        std::string text = std::to_string(value);
+        data[req.key].assign(text.begin(), text.end());
+        reply(c, wire::kOk);
+        wire::putU64(c.out, static_cast<uint64_t>(value));
+        wake(req.key);
+        break;
+      }
+      case wire::kCheck: {
+        bool all = true;
+        for (const auto& k : req.keys) all = all && data.count(k) > 0;
+        reply(c, wire::kOk);
+        c.out.push_back(all ? 1 : 0);
+        break;
+      }
+      case wire::kCancel:
+        break;  // the GET it cancels was already answered
+    }
+  }
+
+  bool finishHandshake(Conn& c) {
+    if (c.in.size() < wire::kClientHelloBytes) return false;
+    uint8_t expect[wire::kMacBytes];
+    wire::proof(secret, wire::kClientLabel, c.nonce, expect);
+    if (!wire::macEqual(expect, c.in.data())) {
+      refuse(c, "wrong secret (handshake HMAC mismatch)");
+      return false;
+    }
+    uint8_t answer[wire::kMacBytes];
+    wire::proof(secret, wire::kServerLabel, c.in.data() + wire::kMacBytes, answer);
+    c.out.insert(c.out.end(), answer, answer + sizeof answer);
+    c.in.erase(c.in.begin(), c.in.begin() + wire::kClientHelloBytes);
+    c.state = State::kReady;
+    return true;
+  }
+
+  // Parses and serves buffered requests while the connection may take another one.
+  void process(Conn& c) {
+    for (;;) {
+      if (c.dead) return;
+      bool progressed = false;
+      if (c.state == State::kHandshake) {
+        if (!finishHandshake(c)) return;
+        progressed = true;
+      }
+      size_t start = 0;
+      while (!c.dead && c.out.empty() && start < c.in.size()) {
+        if (c.state == State::kParked) {
+          if (c.in[start] != wire::kCancel) {
+            refuse(c, "sent a request while its GET was waiting (protocol violation)");
+            return;
+          }
+          ++start;
+          unpark(c);
+          reply(c, wire::kCancelled);
+          progressed = true;
+          continue;
+        }
+        Request req;
+        size_t used = 0;
+        std::string why;
+        RequestParser parser(c.in.data() + start, c.in.size() - start, maxValue);
+        Parse r = parser.parse(req, used, why);
+        if (r == Parse::kBad) {
+          refuse(c, why);
+          return;
+        }
+        if (r == Parse::kIncomplete) break;
+        start += used;
+        handle(c, req);
+        progressed = true;
+      }
+      if (c.dead) return;
+      c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(start));
+      flush(c);
+      // Loop again only if the answer went out at once and more requests are buffered.
+      if (c.dead || !progressed || !c.out.empty() || c.in.empty()) return;
+    }
+  }
+
+  void onReadable(Conn& c) {
+    uint8_t buf[kReadChunk];
+    for (int i = 0; i < kReadsPerEvent; ++i) {
+      ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        c.in.insert(c.in.end(), buf, buf + n);
+        process(c);
+        if (c.dead || !c.out.empty()) return;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (c.state == State::kHandshake) {
+        refuse(c, n == 0 ? "closed the connection before completing the handshake"
+                         : std::string("handshake failed: ") + std::strerror(errno));
+      } else {
+        RF_LOG(kDebug) << "rendezvous store: " << c.peer << " disconnected";
+        markDead(c);
+      }
+      return;
+    }
+  }
+
+  void onEvent(uint64_t id, uint32_t events) {
+    Conn* c = find(id);
+    if (c == nullptr) return;
+    if (events & EPOLLOUT) {
+      flush(*c);
+      if (!c->dead && c->out.empty() && !c->in.empty()) process(*c);
+    }
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->dead) {
+      if (c->events & EPOLLIN) {
+        onReadable(*c);
+      } else if (events & (EPOLLHUP | EPOLLERR)) {
+        markDead(*c);  // the peer went away while we still had bytes for it
+      }
+    }
+  }
+
+  void expireHandshakes(Clock::time_point now) {
+    while (!handshakeDeadlines.empty() && handshakeDeadlines.front().first <= now) {
+      uint64_t id = handshakeDeadlines.front().second;
+      handshakeDeadlines.pop_front();
+      Conn* c = find(id);
+      if (c != nullptr && c->state == State::kHandshake) {
+        refuse(*c, "did not complete the handshake within " +
+                       std::to_string(handshakeTimeout.count()) + " ms");
+      }
+    }
+  }
+
+  int waitMillis(Clock::time_point now) const {
+    std::optional<Clock::time_point> next;
+    if (!handshakeDeadlines.empty()) next = handshakeDeadlines.front().first;
+    if (acceptPausedUntil && (!next || *acceptPausedUntil < *next)) next = acceptPausedUntil;
+    if (!next) return -1;
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
+    return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 60000)));
+  }
+
+  void run() {
+    epoll_event events[256];
+    while (!stop.load()) {
+      int n = ::epoll_wait(epollFd, events, 256, waitMillis(Clock::now()));
+      if (n < 0 && errno != EINTR) {
+        RF_LOG(kError) << "rendezvous store: epoll_wait failed: " << std::strerror(errno);
+        return;
+      }
+      for (int i = 0; i < n; ++i) {
+        uint64_t id = events[i].data.u64;
+        if (id == kWakeId) continue;
+        if (id == kListenId) {
+          acceptAll();
+          continue;
+        }
+        try {
+          onEvent(id, events[i].events);
+        } catch (const std::exception& e) {
+          Conn* c = find(id);
+          RF_LOG(kWarning) << "rendezvous store: dropping " << (c ? c->peer : "a connection")
+                           << ": " << e.what();
+          if (c) markDead(*c);
+        }
+      }
+      while (!toProcess.empty()) {
+        Conn* c = find(toProcess.front());
+        toProcess.pop_front();
+        if (c != nullptr && c->out.empty()) process(*c);
+      }
+      auto now = Clock::now();
+      expireHandshakes(now);
+      resumeAcceptIfDue(now);
+      closeDead();
+    }
+  }
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& bindAddr, int port, std::string secret,
+                               std::chrono::milliseconds handshakeTimeout)
+    : impl_(std::make_unique<Impl>()) {
+  RF_ENFORCE(!secret.empty(), "the rendezvous store needs a non-empty secret (RINGFOLD_SECRET)");
+  RF_ENFORCE(port >= 0 && port <= 65535, "store port ", port, " is out of range");
+  impl_->secret = std::move(secret);
+  impl_->handshakeTimeout = handshakeTimeout;
+  impl_->listenOn(bindAddr, port);
+  impl_->setup();
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  RF_LOG(kInfo) << "rendezvous store listening on port " << impl_->port;
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  impl_->stop.store(true);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(impl_->wakeFd, &one, sizeof one);
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int TcpStoreServer::port() const { return impl_->port; }
+
+int64_t TcpStoreServer::refusedCount() const { return impl_->refused.load(); }
+
+}  // namespace ringfold::rendezvous
