@@ -9,7 +9,17 @@
 //     element (including the scaling), so results do not depend on the vector width.
 //   * scale(dst, src, n, dtype, factor): dst[i] = src[i] * factor; factor 1 is a plain copy.
 //   * Integer scaling computes in double and rounds to nearest (halves away from zero), then
-//     converts, saturating to the type's range. Integer sums wrap (two's complement).
+//     converts, saturating to the type's range (a NaN factor gives 0). Integer sums and
+//     products wrap (two's complement); the scaling applies to the wrapped result.
+//   * Floating point (IEEE, no FMA contraction; float32 ops for float16/bfloat16/float32, float64
+//     for float64; postScale and factor are converted to that type first):
+//       - any NaN result is the canonical quiet NaN (float32 0x7FC00000, float64
+//         0x7FF8000000000000, float16 0x7E00, bfloat16 0x7FC0), whatever the input payloads;
+//       - max/min are IEEE 754-2019 maximum/minimum: a NaN in either operand gives NaN, and
+//         -0 < +0 (max(-0,+0) = +0, min(-0,+0) = -0), so the result does not depend on order;
+//       - scale() with factor 1 copies bits (NaN payloads included).
+//     Results assume the default MXCSR (no flush-to-zero / denormals-are-zero).
+//   * Buffers need only element alignment; any count, including 0 (then pointers may be null).
 //   * Every call is deterministic: the same inputs give the same bits on every machine path
 //     (AVX-512, AVX2, portable), so ranks with different CPUs still agree bitwise.
 //   * kBool is not reducible: InvalidArgument.
