@@ -191,10 +191,14 @@ class Systems:
         if name.startswith("gloo-"):
             store = tempfile.mkdtemp(prefix="rf_gloo_store.")
             try:
-                cmd = [self.ringfoldrun, "-np", str(nranks),
-                       os.path.join(self.bench, "gloo_allreduce_perf"), "--store-dir", store,
-                       "-A", name[len("gloo-"):]] + args
-                return run_one(cmd, clean_env(), self.args.timeout)
+                prog = [os.path.join(self.bench, "gloo_allreduce_perf"), "--store-dir", store,
+                        "-A", name[len("gloo-"):]] + args
+                if os.access(self.ringfoldrun, os.X_OK):
+                    return run_one([self.ringfoldrun, "-np", str(nranks)] + prog, clean_env(),
+                                   self.args.timeout)
+                # Without ringfoldrun, start the ranks here.
+                return run_many([(prog + ["--rank", str(r), "--size", str(nranks)], clean_env())
+                                 for r in range(nranks)], self.args.timeout)
             finally:
                 shutil.rmtree(store, ignore_errors=True)
         if name == "mpi":
@@ -485,7 +489,7 @@ def main():
     p.add_argument("--max-bytes", default="64M")
     p.add_argument("--repeats", type=int, default=3, help="launches per measurement (median)")
     p.add_argument("--iters", type=int, default=0, help="timed iterations (default: by size)")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check results (-c 1) in timing runs too")
     p.add_argument("--gloo-algorithms", default="ring,halving_doubling,ring_chunked",
                    help="comma-separated gloo_allreduce_perf -A values")
