@@ -62,6 +62,38 @@ struct Io<Fmt::kF64> {
   template <class S, class V> static void store(T* p, V v) { S::store(p, v); }
 };
 
+// One vector step of a binary (step2) or unary (step1) element function fn: load, fn, store.
+// bfloat16 on SIMD paths works on even and odd elements of a whole register at once (shift and
+// mask, no lane-crossing shuffles) and so takes twice the float lanes per step.
+template <Fmt F, class S>
+constexpr size_t stepLanes() {
+  if constexpr (F == Fmt::kBf16 && S::kF > 1) return 2 * S::kF;
+  return Io<F>::template lanes<S>();
+}
+
+template <Fmt F, class S, class T, class Fn>
+void step2(T* d, const T* a, const T* b, Fn fn) {
+  if constexpr (F == Fmt::kBf16 && S::kF > 1) {
+    typename S::VF ae, ao, be, bo;
+    S::loadBf16Pair(a, ae, ao);
+    S::loadBf16Pair(b, be, bo);
+    S::storeBf16Pair(d, fn(ae, be), fn(ao, bo));
+  } else {
+    Io<F>::template store<S>(d, fn(Io<F>::template load<S>(a), Io<F>::template load<S>(b)));
+  }
+}
+
+template <Fmt F, class S, class T, class Fn>
+void step1(T* d, const T* a, Fn fn) {
+  if constexpr (F == Fmt::kBf16 && S::kF > 1) {
+    typename S::VF ae, ao;
+    S::loadBf16Pair(a, ae, ao);
+    S::storeBf16Pair(d, fn(ae), fn(ao));
+  } else {
+    Io<F>::template store<S>(d, fn(Io<F>::template load<S>(a)));
+  }
+}
+
 struct FSum {
   static constexpr bool kCanon = true;
   template <class S, class V> static V apply(V a, V b) { return S::add(a, b); }
@@ -87,16 +119,17 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
   T* dst = static_cast<T*>(dstv);
   const T* a = static_cast<const T*>(av);
   const T* b = static_cast<const T*>(bv);
-  constexpr size_t L = IO::template lanes<S>();
+  constexpr size_t L = stepLanes<F, S>();
   const auto vs = S::splat(static_cast<C>(scale));
-  size_t i = 0;
-#pragma GCC unroll 2
-  for (; i + L <= n; i += L) {
-    auto r = Op::template apply<S>(IO::template load<S>(a + i), IO::template load<S>(b + i));
+  auto fn = [vs](auto va, auto vb) {
+    auto r = Op::template apply<S>(va, vb);
     if constexpr (kScaled) r = S::mul(r, vs);
     if constexpr (kScaled || Op::kCanon) r = S::canon(r);
-    IO::template store<S>(dst + i, r);
-  }
+    return r;
+  };
+  size_t i = 0;
+#pragma GCC unroll 2
+  for (; i + L <= n; i += L) step2<F, S>(dst + i, a + i, b + i, fn);
   if constexpr (L > 1) {
     if (i < n) reduceFloat<ScalarSimd, F, Op, kScaled>(dst + i, a + i, b + i, n - i, scale);
   }
@@ -109,12 +142,11 @@ void scaleFloat(void* dstv, const void* srcv, size_t n, double factor) {
   using C = typename IO::C;
   T* dst = static_cast<T*>(dstv);
   const T* src = static_cast<const T*>(srcv);
-  constexpr size_t L = IO::template lanes<S>();
+  constexpr size_t L = stepLanes<F, S>();
   const auto vs = S::splat(static_cast<C>(factor));
+  auto fn = [vs](auto v) { return S::canon(S::mul(v, vs)); };
   size_t i = 0;
-  for (; i + L <= n; i += L) {
-    IO::template store<S>(dst + i, S::canon(S::mul(IO::template load<S>(src + i), vs)));
-  }
+  for (; i + L <= n; i += L) step1<F, S>(dst + i, src + i, fn);
   if constexpr (L > 1) {
     if (i < n) scaleFloat<ScalarSimd, F>(dst + i, src + i, n - i, factor);
   }

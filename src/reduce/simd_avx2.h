@@ -2,8 +2,9 @@
 // Only for kernels_avx2.cc (compiled with -mavx2 -mf16c).
 //   * float16 loads/stores use VCVTPH2PS / VCVTPS2PH with round-to-nearest-even (exact and
 //     identical to half.h, including subnormals, Inf and NaN).
-//   * bfloat16 stores round with integer arithmetic; like floatToBf16 for every value except
-//     non-canonical NaNs, which the kernels never store (results are canonicalised first).
+//   * bfloat16 goes through integer shifts and masks, even and odd elements in separate
+//     registers; stores round like floatToBf16 for every value except non-canonical NaNs, which
+//     the kernels never store (results are canonicalised first).
 #pragma once
 
 #include <immintrin.h>
@@ -37,18 +38,22 @@ struct Avx2Simd {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  static VF loadBf16(const uint16_t* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  // 16 bfloat16 values: even elements (shifted up) and odd elements (masked) as two float
+  // vectors; the store rounds both to nearest even and interleaves them back.
+  static void loadBf16Pair(const uint16_t* p, VF& even, VF& odd) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
-  static void storeBf16(uint16_t* p, VF v) {
+  static __m256i roundBf16(VF v) {  // result in the upper 16 bits of each lane
     const __m256i x = _mm256_castps_si256(v);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), odd), 16);
-    // packus works per 128-bit half: [r0..3 r0..3 | r4..7 r4..7]; gather qwords 0 and 2.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), odd);
+  }
+  static void storeBf16Pair(uint16_t* p, VF even, VF odd) {
+    const __m256i hi = _mm256_and_si256(roundBf16(odd), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    const __m256i lo = _mm256_srli_epi32(roundBf16(even), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_or_si256(hi, lo));
   }
 
   static VF add(VF a, VF b) { return _mm256_add_ps(a, b); }

@@ -34,16 +34,22 @@ struct Avx512Simd {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  static VF loadBf16(const uint16_t* p) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  static void loadBf16Pair(const uint16_t* p, VF& even, VF& odd) {
+    const __m512i x = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
-  static void storeBf16(uint16_t* p, VF v) {
+  static __m512i roundBf16(VF v) {
     const __m512i x = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    return _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd);
+  }
+  static void storeBf16Pair(uint16_t* p, VF even, VF odd) {
+    // (hi & 0xFFFF0000) | (lo >> 16) in one ternary-logic instruction after the shift.
+    const __m512i lo = _mm512_srli_epi32(roundBf16(even), 16);
+    const __m512i hi = roundBf16(odd);
+    const __m512i mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    _mm512_storeu_si512(p, _mm512_ternarylogic_epi32(mask, hi, lo, 0xEA));
   }
 
   static VF add(VF a, VF b) { return _mm512_add_ps(a, b); }

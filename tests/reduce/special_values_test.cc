@@ -176,6 +176,36 @@ TEST_P(Special, ScaleSaturatesAndCopies) {
   EXPECT_EQ(g[1], 3.0f);
 }
 
+// Every float16 / bfloat16 value scaled by powers of two: the scaled float32 is exact, so this
+// checks each path's conversions exhaustively, including every subnormal rounding tie (down)
+// and the overflow boundary (up). Also max(x, x) == x: the load/store round trip.
+TEST_P(Special, Every16BitValueThroughEachPath) {
+  auto reducer = makeCpuReducer(GetParam());
+  std::vector<uint16_t> all(65536), out(65536), same(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
+  for (bool bf : {false, true}) {
+    const DataType t = bf ? DataType::kBfloat16 : DataType::kFloat16;
+    auto toF = [bf](uint16_t v) { return bf ? testref::refBf16ToFloat(v) : testref::refHalfToFloat(v); };
+    auto fromF = [bf](float f) { return bf ? testref::refFloatToBf16(f) : testref::refFloatToHalf(f); };
+    reducer->reduce(same.data(), all.data(), all.data(), all.size(), t, ReduceOp::kMax);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const bool nan = std::isnan(toF(uint16_t(i)));
+      ASSERT_EQ(same[i], nan ? (bf ? 0x7FC0 : 0x7E00) : i) << std::hex << i;
+    }
+    for (int k = -12; k <= 12; ++k) {
+      if (k == 0) continue;
+      const double factor = std::ldexp(1.0, k);
+      reducer->scale(out.data(), all.data(), all.size(), t, factor);
+      for (uint32_t i = 0; i < 65536; ++i) {
+        float r = toF(uint16_t(i)) * float(factor);
+        if (std::isnan(r)) r = std::numeric_limits<float>::quiet_NaN();
+        ASSERT_EQ(out[i], fromF(r)) << std::hex << dataTypeName(t) << " x=0x" << i << std::dec
+                                    << " k=" << k;
+      }
+    }
+  }
+}
+
 TEST_P(Special, InvalidArguments) {
   auto reducer = makeCpuReducer(GetParam());
   std::vector<float> buf(64);
