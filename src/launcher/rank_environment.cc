@@ -1,0 +1,75 @@
+#include "launcher/rank_environment.h"
+
+#include <cstdio>
+
+extern char** environ;
+
+namespace ringfold::launcher {
+
+namespace {
+
+std::string nameOf(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+void setVar(std::vector<std::string>& env, const std::string& name, const std::string& value) {
+  std::string entry = name + "=" + value;
+  for (auto& e : env) {
+    if (nameOf(e) == name) {
+      e = entry;
+      return;
+    }
+  }
+  env.push_back(std::move(entry));
+}
+
+std::string formatSeconds(double s) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::string> buildRankEnvironment(const std::vector<std::string>& base,
+                                              const LaunchOptions& options, const RankSlot& slot,
+                                              const StoreEndpoint& store) {
+  std::vector<std::string> env = base;
+  for (const auto& x : options.exports) {
+    if (x.value) setVar(env, x.name, *x.value);
+  }
+  setVar(env, "PYTHONUNBUFFERED", "1");
+  const std::pair<const char*, int> ids[] = {
+      {"RANK", slot.rank},           {"SIZE", slot.size},
+      {"LOCAL_RANK", slot.localRank}, {"LOCAL_SIZE", slot.localSize},
+      {"CROSS_RANK", slot.crossRank}, {"CROSS_SIZE", slot.crossSize},
+  };
+  for (const auto& [suffix, value] : ids) {
+    setVar(env, std::string("RINGFOLD_") + suffix, std::to_string(value));
+    setVar(env, std::string("HOROVOD_") + suffix, std::to_string(value));
+  }
+  setVar(env, "HOROVOD_HOSTNAME", slot.host);
+  setVar(env, "RINGFOLD_STORE_ADDR", store.addr);
+  setVar(env, "RINGFOLD_STORE_PORT", std::to_string(store.port));
+  setVar(env, "RINGFOLD_SECRET", store.secret);
+  if (options.startTimeoutSeconds) {
+    setVar(env, "RINGFOLD_START_TIMEOUT", formatSeconds(*options.startTimeoutSeconds));
+  }
+  return env;
+}
+
+std::vector<std::string> currentEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+std::optional<std::string> findEnv(const std::vector<std::string>& env, const std::string& name) {
+  for (const auto& e : env) {
+    auto eq = e.find('=');
+    if (eq != std::string::npos && e.compare(0, eq, name) == 0 && eq == name.size()) {
+      return e.substr(eq + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace ringfold::launcher

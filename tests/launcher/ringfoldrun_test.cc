@@ -1,0 +1,258 @@
+// End-to-end tests of the built ringfoldrun binary: real processes, real signals.
+// Every launcher run has a hard deadline (Subprocess::finish kills it), so a hang fails the test
+// instead of stalling the suite.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+#include <regex>
+
+#include "launcher/subprocess.h"
+
+namespace ringfold::launcher::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Args = std::vector<std::string>;
+
+const std::string kRun = RINGFOLDRUN_PATH;
+
+Args launcher(Args args) {
+  args.insert(args.begin(), kRun);
+  return args;
+}
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// A rank script that records its pid (atomically: write, then rename) in `dir`.
+std::string recordPid(const TempDir& dir) {
+  return "echo $$ > " + dir.path() + "/tmp.$RINGFOLD_RANK && mv " + dir.path() +
+         "/tmp.$RINGFOLD_RANK " + dir.path() + "/pid.$RINGFOLD_RANK; ";
+}
+// Waits, bounded, until `n` ranks recorded their pids.
+std::string waitForPids(const TempDir& dir, int n) {
+  return "i=0; while [ $(ls " + dir.path() + " | grep -c '^pid') -lt " + std::to_string(n) +
+         " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; ";
+}
+
+TEST(Ringfoldrun, UsageErrorsExitTwoNamingTheArgument) {
+  struct Case { Args args; const char* message; };
+  const Case cases[] = {
+      {{"sh", "-c", "true"}, "missing -np"},
+      {{"-np", "0", "true"}, "-np must be at least 1, got 0"},
+      {{"-np", "-2", "true"}, "-np must be at least 1, got -2"},
+      {{"-np", "3", "-H", "localhost:2", "true"}, "-np 3 is more than the 2 slot(s) given by -H"},
+      {{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
+      {{"-np", "2"}, "no command given"},
+      {{"-np", "2", "-H", "gpu-node-17:2", "true"}, "multi-host launch is not supported yet"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.message);
+    Finished f = run(launcher(c.args), 10s);
+    EXPECT_EQ(f.exitCode, 2);
+    EXPECT_TRUE(contains(f.err, c.message)) << f.err;
+    EXPECT_TRUE(contains(f.err, "--help")) << f.err;
+    EXPECT_EQ(f.out, "");
+  }
+  Finished help = run(launcher({"--help"}), 10s);
+  EXPECT_EQ(help.exitCode, 0);
+  EXPECT_TRUE(contains(help.out, "usage: ringfoldrun -np N")) << help.out;
+  Finished version = run(launcher({"--version"}), 10s);
+  EXPECT_EQ(version.exitCode, 0);
+  EXPECT_TRUE(contains(version.out, "ringfoldrun")) << version.out;
+}
+
+TEST(Ringfoldrun, CommandThatCannotRunExits127) {
+  Finished f = run(launcher({"-np", "2", "/nonexistent/ringfold-no-such-program"}), 10s);
+  EXPECT_EQ(f.exitCode, 127);
+  EXPECT_TRUE(contains(f.err, "cannot execute '/nonexistent/ringfold-no-such-program'")) << f.err;
+  f = run(launcher({"-np", "2", "ringfold-no-such-program-on-path"}), 10s);
+  EXPECT_EQ(f.exitCode, 127);
+  EXPECT_TRUE(contains(f.err, "command not found")) << f.err;
+}
+
+TEST(Ringfoldrun, PrefixesOutputAndGivesEachRankItsIdentity) {
+  const std::string script =
+      "echo \"id R=$RINGFOLD_RANK S=$RINGFOLD_SIZE LR=$RINGFOLD_LOCAL_RANK LS=$RINGFOLD_LOCAL_SIZE "
+      "CR=$RINGFOLD_CROSS_RANK CS=$RINGFOLD_CROSS_SIZE HR=$HOROVOD_RANK HS=$HOROVOD_SIZE "
+      "HLR=$HOROVOD_LOCAL_RANK HLS=$HOROVOD_LOCAL_SIZE HCR=$HOROVOD_CROSS_RANK "
+      "HCS=$HOROVOD_CROSS_SIZE HOST=$HOROVOD_HOSTNAME ADDR=$RINGFOLD_STORE_ADDR "
+      "PORT=$RINGFOLD_STORE_PORT SECRETLEN=${#RINGFOLD_SECRET} UNBUF=$PYTHONUNBUFFERED "
+      "FOO=$FOO BAR=$BAR TO=$RINGFOLD_START_TIMEOUT\"; "
+      "echo \"to stderr $RINGFOLD_RANK\" >&2; printf 'unterminated'";
+  Finished f = run(launcher({"-np", "3", "-x", "FOO=from-x", "-x", "BAR", "--start-timeout", "9",
+                             "sh", "-c", script}),
+                   20s, {"BAR=from-launcher-env"});
+  ASSERT_FALSE(f.timedOut);
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+
+  const std::regex idLine(
+      R"(\[(\d+)\]<stdout>:id R=(\d+) S=3 LR=(\d+) LS=3 CR=0 CS=1 HR=(\d+) HS=3 HLR=(\d+) HLS=3 )"
+      R"(HCR=0 HCS=1 HOST=localhost ADDR=127\.0\.0\.1 PORT=(\d+) SECRETLEN=(\d+) UNBUF=1 )"
+      R"(FOO=from-x BAR=from-launcher-env TO=9)");
+  std::map<int, int> idLines, tails;
+  std::string port;
+  for (const auto& line : splitLines(f.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, idLine)) {
+      int r = std::stoi(m[1]);
+      EXPECT_EQ(m[2], m[1]) << line;  // the prefix names the rank that wrote the line
+      EXPECT_EQ(m[3], m[1]) << line;
+      EXPECT_EQ(m[4], m[1]) << line;
+      EXPECT_EQ(m[5], m[1]) << line;
+      EXPECT_GT(std::stoi(m[6]), 0) << line;
+      EXPECT_GT(std::stoi(m[7]), 0) << line;  // non-empty secret
+      if (port.empty()) port = m[6];
+      EXPECT_EQ(m[6], port) << "every rank dials the same store";
+      ++idLines[r];
+    } else if (std::regex_match(line, m, std::regex(R"(\[(\d+)\]<stdout>:unterminated)"))) {
+      ++tails[std::stoi(m[1])];
+    } else {
+      ADD_FAILURE() << "unexpected stdout line: '" << line << "'";
+    }
+  }
+  std::map<int, int> errLines;
+  for (const auto& line : splitLines(f.err)) {
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(\[(\d+)\]<stderr>:to stderr (\d+))"))) {
+      EXPECT_EQ(m[1], m[2]);
+      ++errLines[std::stoi(m[1])];
+    } else {
+      ADD_FAILURE() << "unexpected stderr line: '" << line << "'";
+    }
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(idLines[r], 1) << "rank " << r << "\n" << f.out;
+    EXPECT_EQ(tails[r], 1) << "rank " << r << "\n" << f.out;
+    EXPECT_EQ(errLines[r], 1) << "rank " << r << "\n" << f.err;
+  }
+  EXPECT_EQ(f.out.back(), '\n');  // the unterminated last lines were flushed with a newline
+}
+
+TEST(Ringfoldrun, LinesOfConcurrentRanksNeverInterleave) {
+  // Each rank writes 3000 lines of ~200 bytes as fast as it can, in pieces (printf of two parts).
+  const std::string script =
+      "i=0; pad=$(printf '%0190d' 0); while [ $i -lt 3000 ]; do printf 'r%s l%s ' $RINGFOLD_RANK $i; "
+      "printf '%s\\n' $pad; i=$((i+1)); done";
+  Finished f = run(launcher({"-np", "4", "sh", "-c", script}), 60s);
+  ASSERT_FALSE(f.timedOut);
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+  const std::regex line(R"(\[(\d)\]<stdout>:r(\d) l(\d+) 0{190})");
+  std::map<int, int> next;
+  int bad = 0;
+  for (const auto& l : splitLines(f.out)) {
+    std::smatch m;
+    if (!std::regex_match(l, m, line) || m[1] != m[2] || std::stoi(m[3]) != next[std::stoi(m[1])]) {
+      if (++bad < 5) ADD_FAILURE() << "torn or out-of-order line: '" << l.substr(0, 80) << "'";
+      continue;
+    }
+    ++next[std::stoi(m[1])];
+  }
+  EXPECT_EQ(bad, 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(next[r], 3000) << "rank " << r;
+}
+
+// One rank fails (`failure`), the others sleep (optionally ignoring SIGTERM); the launcher must
+// name the rank, stop the others within seconds, and exit with the rank's status.
+void expectFailFast(const std::string& failure, const std::string& others, int wantExit,
+                    const std::string& wantMessage, Args extra = {}) {
+  TempDir dir;
+  const std::string script = recordPid(dir) + "if [ \"$RINGFOLD_RANK\" = 1 ]; then " +
+                             waitForPids(dir, 3) + failure + "; fi; " + others;
+  Args args = {"-np", "3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"sh", "-c", script});
+  Finished f = run(launcher(args), 30s);
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_EQ(f.exitCode, wantExit) << f.err;
+  EXPECT_LT(f.seconds, 10.0);
+  EXPECT_TRUE(std::regex_search(f.err, std::regex("ringfoldrun: rank 1 \\(pid \\d+\\) " + wantMessage)))
+      << f.err;
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 3, 1s);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
+}
+
+TEST(Ringfoldrun, RankExitingNonZeroStopsTheOthers) {
+  expectFailFast("exit 3", "exec sleep 60", 3, "exited with status 3");
+}
+
+TEST(Ringfoldrun, RankKilledBySignalStopsTheOthers) {
+  expectFailFast("kill -KILL $$", "exec sleep 60", 137, "was killed by signal SIGKILL");
+}
+
+TEST(Ringfoldrun, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
+  expectFailFast("exit 5", "trap '' TERM; while true; do sleep 0.1; done", 5,
+                 "exited with status 5", {"--grace-period", "0.5"});
+}
+
+void expectSignalStopsAll(int sig, int wantExit) {
+  TempDir dir;
+  Subprocess p(launcher({"-np", "3", "sh", "-c", recordPid(dir) + "exec sleep 60"}));
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 3, 10s);
+  ASSERT_EQ(pids.size(), 3u);
+  p.signal(sig);
+  Finished f = p.finish(15s);
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_EQ(f.exitCode, wantExit) << f.err;
+  EXPECT_TRUE(contains(f.err, "received " + std::string(sig == SIGINT ? "SIGINT" : "SIGTERM")))
+      << f.err;
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
+}
+
+TEST(Ringfoldrun, SigintStopsAllRanksAndExits130) { expectSignalStopsAll(SIGINT, 130); }
+
+TEST(Ringfoldrun, SigtermStopsAllRanksAndExits143) { expectSignalStopsAll(SIGTERM, 143); }
+
+TEST(Ringfoldrun, KilledLauncherTakesItsRanksAlong) {
+  TempDir dir;
+  Subprocess p(launcher({"-np", "2", "sh", "-c", recordPid(dir) + "exec sleep 60"}));
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 2, 10s);
+  ASSERT_EQ(pids.size(), 2u);
+  p.signal(SIGKILL);
+  Finished f = p.finish(10s);
+  EXPECT_EQ(f.exitCode, 128 + SIGKILL);
+  EXPECT_TRUE(waitUntilDead(pids, 5s).empty()) << "PR_SET_PDEATHSIG did not stop the ranks";
+}
+
+TEST(Ringfoldrun, AllRanksSucceedingExitsZeroAndLeavesNoBackgroundChildren) {
+  TempDir dir;
+  // Each rank leaves a background sleeper in its process group and exits 0 at once.
+  const std::string script = "sleep 60 & echo $! > " + dir.path() + "/pid.$RINGFOLD_RANK; exit 0";
+  Finished f = run(launcher({"-np", "2", "sh", "-c", script}), 20s);
+  ASSERT_FALSE(f.timedOut);
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+  EXPECT_LT(f.seconds, 10.0);
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 2, 1s);
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty());
+}
+
+TEST(Ringfoldrun, RanksRendezvousThroughTheStoreItHosts) {
+  Finished f = run(launcher({"-np", "3", STORE_CLIENT_PATH}), 30s, {"RINGFOLD_TIMEOUT=10"});
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(contains(f.out, "[" + std::to_string(r) + "]<stdout>:store_client rank " +
+                                    std::to_string(r) + " of 3 ok"))
+        << f.out << f.err;
+  }
+}
+
+TEST(Ringfoldrun, StoreRefusesAClientWithoutTheJobSecret) {
+  // Rank 0 replaces the secret it was given: the launcher's store must refuse it, and its
+  // failure must fail the job (the other ranks then wait in vain and are stopped).
+  Finished f = run(launcher({"-np", "2", "sh", "-c",
+                             "if [ $RINGFOLD_RANK = 0 ]; then export RINGFOLD_SECRET=wrong; fi; "
+                             "exec " STORE_CLIENT_PATH}),
+                   30s);
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_NE(f.exitCode, 0);
+  EXPECT_TRUE(contains(f.err, "[0]<stderr>:store_client failed")) << f.err;
+  EXPECT_TRUE(contains(f.err, "ringfoldrun: rank 0 (pid ")) << f.err;
+}
+
+}  // namespace
+}  // namespace ringfold::launcher::testing
