@@ -1,16 +1,119 @@
 // tcp_uring backend: ranks are processes; each pair is joined by RINGFOLD_SOCKETS_PER_PEER TCP
-// sockets driven by one io_uring per device. See connection.h in this folder for the wire
-// format and ring_loop.h for the completion loop.
+// sockets driven by one io_uring per device. See connection.h in this folder for the protocol,
+// frame.h for the wire format and ring_loop.h for the completion loop.
+//
+// Engine: the state behind a Device, shared (shared_ptr) by the Device, its Connections and
+// their Requests, so any of them may outlive the others safely. Progress happens only in the
+// thread calling test()/wait(): wait() spins on the completion queue for RINGFOLD_SPIN_US, then
+// blocks in io_uring_submit_and_wait_timeout, so an idle rank uses no CPU.
+//
+// Failure: the first error poisons the engine (poison()); every pending and later request
+// throws that same error, after settle() has cancelled and drained the in-flight ops. abort()
+// first sends an ABORT frame (kind + text) to every peer, waiting at most 2 s for them to leave,
+// then poisons; an ABORT received from rank P poisons with throwError(kind, P, text). The
+// destructor cancels everything and closes the sockets without waiting on dead peers.
 #pragma once
 
+#include <chrono>
+#include <exception>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "transport/device.h"
+#include "transport/tcp_uring/frame.h"
 
 namespace ringfold::transport::tcp_uring {
 
 // Throws Error explaining why if io_uring cannot be used here (kernel too old, disabled by
 // sysctl kernel.io_uring_disabled, or blocked by seccomp).
 std::unique_ptr<Device> createDevice();
+
+class RingLoop;
+class PeerLink;
+struct RequestState;
+
+enum class ZeroCopyMode { kOff, kOn, kAuto };
+
+// Settings read once from the environment when the device is created.
+struct Tuning {
+  ZeroCopyMode zeroCopy = ZeroCopyMode::kAuto;
+  size_t zeroCopyMinBytes = 64 << 10;
+  size_t stripeMinBytes = 256 << 10;
+  size_t stripeChunkBytes = 1 << 20;
+  std::chrono::microseconds spin{50};
+  std::chrono::milliseconds timeout{300000};
+  uint64_t socketBufferBytes = 0;
+  int socketsPerPeer = 2;
+  static Tuning fromEnvironment();
+};
+
+class Engine {
+ public:
+  Engine();  // creates the ring; throws Error if io_uring is unavailable
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Connects to every peer (see socket.h); returns links indexed by rank (null at `rank`).
+  std::vector<PeerLink*> connect(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                                 std::chrono::milliseconds timeout);
+
+  int rank() const { return rank_; }
+  const Tuning& tuning() const { return tuning_; }
+  RingLoop& ring() { return *ring_; }
+  BufferPool& buffers() { return buffers_; }
+  ObjectPool<OutFrame>& frames() { return frames_; }
+  ObjectPool<Inbound>& inbounds() { return inbounds_; }
+
+  // Handles every ready completion and submits queued ops; never blocks. Returns how many.
+  unsigned progress();
+  // Drives progress until `request` completes; throws IoError naming its peer after `timeout`.
+  void wait(RequestState& request, std::chrono::milliseconds timeout);
+
+  bool poisoned() const { return poison_ != nullptr; }
+  bool aborted() const { return aborted_; }
+  // Records the first failure; callable from inside completion handlers (it only queues
+  // cancellations). Later calls are ignored.
+  void poison(std::exception_ptr error) noexcept;
+  void poisonIo(int peer, const std::string& what) noexcept;
+  // Cancels and drains in-flight ops (bounded), then drops every pointer to a request.
+  void settle() noexcept;
+  // settle() and rethrow the poison error.
+  [[noreturn]] void throwPoison();
+  // A pending request is being destroyed: poison (unless already) and settle.
+  void abandon(RequestState& request) noexcept;
+
+  void abort(ErrorKind kind, const std::string& message);
+  void onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept;
+  // Closes everything; later calls throw "device was destroyed".
+  void shutdown() noexcept;
+
+ private:
+  void dispatch(uint64_t userData, int res, uint32_t flags);
+  bool anyBusy() const;
+  bool drainUntilIdle(std::chrono::milliseconds budget, bool (Engine::*idle)() const);
+  bool abortsSent() const;
+  bool idle() const { return !anyBusy(); }
+  bool idleWithNotifications() const;
+
+  Tuning tuning_;
+  std::unique_ptr<RingLoop> ring_;
+  BufferPool buffers_;
+  ObjectPool<OutFrame> frames_;
+  ObjectPool<Inbound> inbounds_;
+  std::vector<std::unique_ptr<PeerLink>> peers_;
+  struct SocketRef {
+    PeerLink* peer;
+    uint32_t index;
+  };
+  std::vector<SocketRef> sockets_;  // by device-wide socket id
+  int rank_ = -1;
+  bool connected_ = false;
+  std::exception_ptr poison_;
+  bool settled_ = false;
+  bool aborted_ = false;
+  bool closed_ = false;
+};
 
 }  // namespace ringfold::transport::tcp_uring

@@ -1,0 +1,132 @@
+// Helpers for tcp_uring tests: ranks as threads (each with its own Device, rendezvous through a
+// HashStore), deterministic payloads, and an environment guard. Everything listens on 127.0.0.1.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "rendezvous/hash_store.h"
+#include "transport/connection.h"
+#include "transport/device.h"
+
+namespace ringfold::test {
+
+using namespace std::chrono_literals;
+
+// Sets environment variables for the lifetime of the guard and restores them afterwards. The
+// store-address variables are always cleared so devices listen on 127.0.0.1 only.
+class EnvGuard {
+ public:
+  EnvGuard() : EnvGuard(std::initializer_list<std::pair<const char*, const char*>>{}) {}
+  EnvGuard(std::initializer_list<std::pair<const char*, const char*>> list) {
+    std::map<std::string, std::string> vars;
+    for (auto& [k, v] : list) vars[k] = v;
+    for (const char* name : {"RINGFOLD_STORE_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "MASTER_ADDR",
+                             "RINGFOLD_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+      if (!vars.count(name)) vars[name] = "";
+    }
+    for (auto& [name, value] : vars) {
+      const char* old = getenv(name.c_str());
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      if (value.empty()) {
+        unsetenv(name.c_str());
+      } else {
+        setenv(name.c_str(), value.c_str(), 1);
+      }
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  ~EnvGuard() {
+    for (auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+// Byte i of the message identified by `seed`.
+inline uint8_t pattern(uint64_t seed, size_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return static_cast<uint8_t>(x ^ (x >> 11));
+}
+
+inline std::vector<uint8_t> patterned(uint64_t seed, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = pattern(seed, i);
+  return v;
+}
+
+// First index where `v` differs from pattern(seed), or -1.
+inline long long firstWrong(const std::vector<uint8_t>& v, uint64_t seed, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (v[i] != pattern(seed, i)) return static_cast<long long>(i);
+  }
+  return -1;
+}
+
+struct Rank {
+  int rank;
+  int size;
+  transport::Device& device;
+  std::vector<std::unique_ptr<transport::Connection>>& peers;
+  transport::Connection& to(int r) { return *peers.at(r); }
+};
+
+// Runs `body` on `size` threads, each with its own tcp_uring Device connected to the others.
+// Returns each rank's exception (null when it finished cleanly).
+inline std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Rank&)>& body,
+                                                std::chrono::milliseconds connectTimeout = 20s) {
+  rendezvous::HashStore store;
+  std::vector<std::exception_ptr> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto device = transport::createDevice("tcp_uring");
+        auto peers = device->connectAll(store, "t", r, size, connectTimeout);
+        Rank rank{r, size, *device, peers};
+        body(rank);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+inline std::string describe(const std::exception_ptr& e) {
+  if (!e) return "ok";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+}
+
+// Fails the test with each rank's error.
+inline void expectAllOk(const std::vector<std::exception_ptr>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_FALSE(errors[r]) << "rank " << r << ": " << describe(errors[r]);
+}
+
+}  // namespace ringfold::test

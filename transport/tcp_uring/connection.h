@@ -1,0 +1,144 @@
+// tcp_uring Connection: the protocol between this rank and one peer, over that peer's sockets.
+//
+// Vocabulary (wire format: frame.h)
+//   send queue : frames of posted isends, in message-id order. A socket whose send side is idle
+//                takes the next frames: one large frame alone (zero-copy when enabled), or a
+//                batch of small frames in one sendmsg (header and payload of each as iovecs).
+//                One send op in flight per socket keeps each stream in order; short sends resume.
+//   staging    : each socket always has one recv posted into its staging buffer, so a small
+//                message (header + payload) lands with one completion; the payload part of a
+//                large frame that did not fit is received straight into its destination.
+//   resolving  : messages are matched to receives in message-id order (FIFO per tag follows).
+//                A header whose id is ahead of the next unresolved one parks its socket until
+//                the missing header arrives on another socket (no copy, no per-tag state). A
+//                resolved message goes to the first posted receive with its tag, or into a
+//                pooled unexpected buffer that a later receive copies out.
+//   poisoned   : after any failure nothing new is sent or parsed; in-flight ops are cancelled
+//                and drained before an error reaches the caller, so no kernel op still touches a
+//                region the caller then frees.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/connection.h"
+#include "transport/device.h"
+#include "transport/tcp_uring/frame.h"
+#include "transport/tcp_uring/ring_loop.h"
+#include "transport/tcp_uring/socket.h"
+
+namespace ringfold::transport::tcp_uring {
+
+class Engine;
+class PeerLink;
+
+// The state of one isend/irecv, owned by its TcpRequest; the engine keeps raw pointers to it
+// only while it is pending (poisoning drops them all).
+struct RequestState {
+  bool isSend = false;
+  PeerLink* peer = nullptr;
+  std::byte* data = nullptr;
+  size_t length = 0;
+  uint64_t tag = 0, check = 0;
+  size_t pendingFrames = 0;   // send: frames not yet released
+  bool done = false;
+};
+
+class PeerLink {
+ public:
+  PeerLink(Engine& engine, int peerRank, std::vector<Socket> sockets, uint32_t firstSocketId);
+  ~PeerLink();
+  int rank() const { return rank_; }
+  size_t socketCount() const { return sockets_.size(); }
+  std::chrono::steady_clock::time_point lastHeard() const { return lastHeard_; }
+
+  void start();                        // posts the first staging recvs
+  void postSend(RequestState& request);
+  void postRecv(RequestState& request);
+  // A completion for socket `index` of this peer.
+  void onCompletion(uint32_t index, const OpId& op, int res, uint32_t flags);
+
+  // ABORT frames: one per socket whose stream is at a frame boundary, after its current op.
+  void queueAbort(ErrorKind kind, const std::string& text);
+  bool abortsPending() const;
+  void cancelAll();                    // queues an async cancel for every socket with ops in flight
+  // Any op still in flight; with countNotifications, also zero-copy notifications still due.
+  bool busy(bool countNotifications) const;
+  void shutdownSockets();              // last resort when cancelled ops do not complete
+  void closeSockets();
+  void forgetRequests();               // after poisoning: drop every pointer to a RequestState
+
+ private:
+  struct SocketState;
+  void pump(SocketState& s);
+  void submitBatch(SocketState& s);
+  void onSend(SocketState& s, const OpId& op, int res, uint32_t flags);
+  void releaseFrame(OutFrame* f);
+  void finishBatch(SocketState& s, bool forget);
+  void postStaging(SocketState& s);
+  void postDirect(SocketState& s);
+  void onRecv(SocketState& s, bool direct, int res);
+  void parse(SocketState& s);
+  Inbound* resolve(const FrameHeader& h);
+  Inbound* findActive(uint64_t msgId);
+  void finishIfComplete(Inbound* m);
+  void resumeStalled();
+  void protocolError(const SocketState& s, const std::string& what);
+  void onSocketDown(SocketState& s, int res);
+  bool hasPendingWork() const;
+
+  Engine& engine_;
+  int rank_;
+  std::vector<std::unique_ptr<SocketState>> sockets_;
+  std::deque<OutFrame*> sendQueue_;
+  uint64_t nextSendId_ = 0;
+  uint64_t nextResolve_ = 0;
+  std::deque<RequestState*> posted_;   // receives not yet matched, in posting order
+  std::deque<Inbound*> unexpected_;    // messages not yet matched, in message-id order
+  std::vector<Inbound*> active_;       // resolved messages still arriving
+  std::vector<OutFrame*> awaitingNotif_;  // sent zero-copy frames whose notification is due
+  size_t notifs_ = 0;
+  bool zeroCopy_ = false;
+  bool reportCopies_ = false;
+  bool stalledAny_ = false;
+  bool gone_ = false;          // the peer closed every socket, or reset one
+  std::string failure_;        // why, for requests that still need the peer
+  std::chrono::steady_clock::time_point lastHeard_;
+};
+
+class TcpRequest final : public Request {
+ public:
+  TcpRequest(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  ~TcpRequest() override;
+  bool test() override;
+  void wait(std::chrono::milliseconds timeout) override;
+  RequestState& state() { return state_; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  RequestState state_;
+};
+
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(std::shared_ptr<Engine> engine, PeerLink* link)
+      : engine_(std::move(engine)), link_(link), peerRank_(link->rank()) {}
+  int peerRank() const override { return peerRank_; }
+  std::unique_ptr<Request> isend(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                 uint64_t check) override;
+  std::unique_ptr<Request> irecv(MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                 uint64_t check) override;
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  PeerLink* link_;
+  int peerRank_;
+};
+
+}  // namespace ringfold::transport::tcp_uring

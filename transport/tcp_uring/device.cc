@@ -1,0 +1,362 @@
+#include "transport/tcp_uring/device.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "transport/tcp_uring/connection.h"
+#include "transport/tcp_uring/memory_region.h"
+#include "transport/tcp_uring/ring_loop.h"
+#include "transport/tcp_uring/socket.h"
+
+namespace ringfold::transport::tcp_uring {
+
+using Clock = std::chrono::steady_clock;
+
+Tuning Tuning::fromEnvironment() {
+  Tuning t;
+  std::string zc = params::kZeroCopy.str();
+  if (zc == "auto") {
+    t.zeroCopy = ZeroCopyMode::kAuto;
+  } else if (zc == "off" || zc == "0" || zc == "false" || zc == "no") {
+    t.zeroCopy = ZeroCopyMode::kOff;
+  } else if (zc == "on" || zc == "1" || zc == "true" || zc == "yes") {
+    t.zeroCopy = ZeroCopyMode::kOn;
+  } else {
+    RF_THROW(InvalidArgument, params::kZeroCopy.name, "='", zc, "' is not auto, on or off");
+  }
+  t.zeroCopyMinBytes = params::kZeroCopyMinBytes.asBytes();
+  t.stripeMinBytes = std::max<uint64_t>(params::kStripeMinBytes.asBytes(), 1);
+  t.stripeChunkBytes = std::max<uint64_t>(params::kStripeChunkBytes.asBytes(), 4096);
+  t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
+  t.timeout = params::kTimeout.asSeconds();
+  t.socketBufferBytes = params::kSocketBufferBytes.asBytes();
+  t.socketsPerPeer = static_cast<int>(params::kSocketsPerPeer.asInt());
+  RF_ENFORCE(t.socketsPerPeer >= 1 && t.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=", t.socketsPerPeer,
+             " must be between 1 and 64");
+  return t;
+}
+
+Engine::Engine()
+    : tuning_(Tuning::fromEnvironment()),
+      ring_(std::make_unique<RingLoop>(static_cast<unsigned>(std::clamp<int64_t>(params::kUringEntries.asInt(), 8, 32768)),
+                                       params::kUringSetup.str())),
+      buffers_(128u << 20) {}
+
+Engine::~Engine() { shutdown(); }
+
+std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                                       std::chrono::milliseconds timeout) {
+  RF_ENFORCE(!connected_, "connectAll() may be called once per device");
+  RF_ENFORCE(!closed_, "the device was destroyed");
+  connected_ = true;
+  rank_ = rank;
+  setLogRank(rank);
+  MeshOptions o;
+  o.prefix = prefix;
+  o.rank = rank;
+  o.size = size;
+  o.socketsPerPeer = tuning_.socketsPerPeer;
+  o.listenAddress = listenAddressFromEnvironment();
+  o.timeout = timeout;
+  std::vector<std::vector<Socket>> mesh = connectMesh(store, o);
+  std::vector<PeerLink*> links(size, nullptr);
+  peers_.resize(size);
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    for (Socket& s : mesh[p]) setDataSocketOptions(s.fd(), tuning_.timeout, tuning_.socketBufferBytes);
+    uint32_t first = static_cast<uint32_t>(sockets_.size());
+    for (size_t i = 0; i < mesh[p].size(); ++i) sockets_.push_back({nullptr, static_cast<uint32_t>(i)});
+    peers_[p] = std::make_unique<PeerLink>(*this, p, std::move(mesh[p]), first);
+    for (size_t i = 0; i < peers_[p]->socketCount(); ++i) sockets_[first + i].peer = peers_[p].get();
+    links[p] = peers_[p].get();
+  }
+  for (auto& p : peers_) {
+    if (p) p->start();
+  }
+  ring_->submit();
+  RF_LOG(kDebug) << "connected to " << size - 1 << " peers, " << tuning_.socketsPerPeer << " sockets each, io_uring "
+                 << ring_->setupName();
+  return links;
+}
+
+void Engine::dispatch(uint64_t userData, int res, uint32_t flags) {
+  OpId op = unpackOp(userData);
+  if (op.kind == OpKind::kCancel || op.socket >= sockets_.size()) return;
+  SocketRef ref = sockets_[op.socket];
+  ref.peer->onCompletion(ref.index, op, res, flags);
+}
+
+unsigned Engine::progress() {
+  if (ring_->queued() > 0) ring_->submit();
+  unsigned n = ring_->drain([this](const io_uring_cqe& c) { dispatch(c.user_data, c.res, c.flags); });
+  if (ring_->queued() > 0) ring_->submit();
+  return n;
+}
+
+void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + timeout;
+  for (;;) {
+    if (r.done) return;
+    if (poisoned()) throwPoison();
+    if (progress() > 0) continue;
+    Clock::time_point now = Clock::now();
+    const Clock::time_point spinEnd = std::min(now + tuning_.spin, deadline);
+    bool got = false;
+    while (now < spinEnd) {
+      if (progress() > 0) {
+        got = true;
+        break;
+      }
+      now = Clock::now();
+    }
+    if (got) continue;
+    if (now >= deadline) break;
+    int ret = ring_->wait(deadline - now);
+    if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+      poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
+    }
+  }
+  progress();
+  if (r.done) return;
+  if (poisoned()) throwPoison();
+  int peer = r.peer->rank();
+  double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  double silent = std::chrono::duration<double>(Clock::now() - r.peer->lastHeard()).count();
+  std::string what = detail::concat(
+      "timed out after ", waited, " s ", r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag,
+      ") ", r.isSend ? "to" : "from", " rank ", peer, ": rank ", peer, " sent nothing for ", silent, " s (",
+      params::kTimeout.name, "=", tuning_.timeout.count() / 1000.0, " s)");
+  poisonIo(peer, what);
+  throwPoison();
+}
+
+void Engine::poison(std::exception_ptr error) noexcept {
+  if (poison_ != nullptr) return;
+  poison_ = std::move(error);
+  settled_ = false;
+  for (auto& p : peers_) {
+    if (p) p->cancelAll();
+  }
+  try {
+    std::rethrow_exception(poison_);
+  } catch (const std::exception& e) {
+    RF_LOG(kDebug) << "transport poisoned: " << e.what();
+  }
+}
+
+void Engine::poisonIo(int peer, const std::string& what) noexcept {
+  poison(std::make_exception_ptr(IoError(peer, what)));
+}
+
+bool Engine::anyBusy() const {
+  for (auto& p : peers_) {
+    if (p && p->busy(false)) return true;
+  }
+  return false;
+}
+
+bool Engine::abortsSent() const {
+  for (auto& p : peers_) {
+    if (p && p->abortsPending()) return false;
+  }
+  return true;
+}
+
+// Drives progress until (this->*done)() or `budget` passes; true if done.
+bool Engine::drainUntilIdle(std::chrono::milliseconds budget, bool (Engine::*done)() const) {
+  const Clock::time_point deadline = Clock::now() + budget;
+  for (;;) {
+    progress();
+    if ((this->*done)()) return true;
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    ring_->wait(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(50)));
+  }
+}
+
+void Engine::settle() noexcept {
+  if (settled_ || poison_ == nullptr) return;
+  settled_ = true;
+  if (!drainUntilIdle(std::chrono::milliseconds(2000), &Engine::idle)) {
+    // Cancelled ops that did not finish: shutting the sockets down completes them.
+    for (auto& p : peers_) {
+      if (p) p->shutdownSockets();
+    }
+    if (!drainUntilIdle(std::chrono::milliseconds(1000), &Engine::idle)) {
+      RF_LOG(kWarning) << "io_uring ops still in flight after cancelling them";
+    }
+  }
+  for (auto& p : peers_) {
+    if (p) p->forgetRequests();
+  }
+}
+
+void Engine::throwPoison() {
+  settle();
+  std::rethrow_exception(poison_);
+}
+
+void Engine::abandon(RequestState& r) noexcept {
+  if (!poisoned()) {
+    poisonIo(r.peer->rank(), detail::concat("a request ", r.isSend ? "sending to" : "receiving from", " rank ",
+                                            r.peer->rank(), " (tag ", r.tag, ", ", r.length,
+                                            " bytes) was destroyed before it completed"));
+  }
+  settle();
+}
+
+void Engine::abort(ErrorKind kind, const std::string& message) {
+  if (aborted_ || closed_) return;
+  aborted_ = true;
+  RF_LOG(kDebug) << "aborting: " << message;
+  bool wasPoisoned = poisoned();
+  if (wasPoisoned) settle();  // ops drained; ABORT goes on streams still at a frame boundary
+  for (auto& p : peers_) {
+    if (p) p->queueAbort(kind, message);
+  }
+  ring_->submit();
+  auto budget = std::min<std::chrono::milliseconds>(tuning_.timeout, std::chrono::milliseconds(2000));
+  drainUntilIdle(budget, &Engine::abortsSent);
+  std::exception_ptr error;
+  try {
+    throwError(kind, -1, message);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  poison(error);
+  settled_ = false;
+  settle();
+}
+
+void Engine::onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept {
+  if (aborted_) return;  // the first abort wins
+  aborted_ = true;
+  std::exception_ptr error;
+  try {
+    throwError(kind, peer, message);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  poison(error);
+}
+
+void Engine::shutdown() noexcept {
+  if (closed_) return;
+  if (!poisoned()) poison(std::make_exception_ptr(Error("the tcp_uring device was destroyed")));
+  settle();
+  // Give zero-copy notifications a moment so the kernel releases pinned pages cleanly.
+  drainUntilIdle(std::chrono::milliseconds(200), &Engine::idleWithNotifications);
+  closed_ = true;
+  for (auto& p : peers_) {
+    if (p) p->closeSockets();  // the links stay: connections and requests may still point at them
+  }
+}
+
+bool Engine::idleWithNotifications() const {
+  for (auto& p : peers_) {
+    if (p && p->busy(true)) return false;
+  }
+  return true;
+}
+
+// ---- requests and connections -------------------------------------------------------------
+
+TcpRequest::~TcpRequest() {
+  if (!state_.done && state_.peer != nullptr) engine_->abandon(state_);
+}
+
+bool TcpRequest::test() {
+  if (state_.done) return true;
+  if (engine_->poisoned()) engine_->throwPoison();
+  engine_->progress();
+  if (state_.done) return true;
+  if (engine_->poisoned()) engine_->throwPoison();
+  return false;
+}
+
+void TcpRequest::wait(std::chrono::milliseconds timeout) { engine_->wait(state_, timeout); }
+
+namespace {
+void checkRange(const MemoryRegion& region, size_t offset, size_t length, const char* what) {
+  if (offset > region.size() || length > region.size() - offset) {
+    RF_THROW(InvalidArgument, what, ": bytes [", offset, ", ", offset + length, ") lie outside the region of ",
+             region.size(), " bytes");
+  }
+  if (length > 0 && region.data() == nullptr) RF_THROW(InvalidArgument, what, ": region has no memory");
+}
+}  // namespace
+
+std::unique_ptr<Request> TcpConnection::isend(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                              uint64_t check) {
+  checkRange(region, offset, length, "isend");
+  if (engine_->poisoned()) engine_->throwPoison();
+  auto req = std::make_unique<TcpRequest>(engine_);
+  RequestState& r = req->state();
+  r.isSend = true;
+  r.peer = link_;
+  r.data = static_cast<std::byte*>(region.data()) + offset;
+  r.length = length;
+  r.tag = tag;
+  r.check = check;
+  link_->postSend(r);
+  engine_->ring().submit();
+  return req;
+}
+
+std::unique_ptr<Request> TcpConnection::irecv(MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                              uint64_t check) {
+  checkRange(region, offset, length, "irecv");
+  if (engine_->poisoned()) engine_->throwPoison();
+  auto req = std::make_unique<TcpRequest>(engine_);
+  RequestState& r = req->state();
+  r.peer = link_;
+  r.data = static_cast<std::byte*>(region.data()) + offset;
+  r.length = length;
+  r.tag = tag;
+  r.check = check;
+  link_->postRecv(r);
+  if (engine_->poisoned()) engine_->throwPoison();
+  return req;
+}
+
+// ---- device -------------------------------------------------------------------------------
+
+namespace {
+
+class TcpDevice final : public Device {
+ public:
+  TcpDevice() : engine_(std::make_shared<Engine>()) {}
+  ~TcpDevice() override { engine_->shutdown(); }
+  const char* name() const override { return "tcp_uring"; }
+
+  std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store, const std::string& prefix, int rank,
+                                                      int size, std::chrono::milliseconds timeout) override {
+    std::vector<PeerLink*> links = engine_->connect(store, prefix, rank, size, timeout);
+    std::vector<std::unique_ptr<Connection>> out(size);
+    for (int p = 0; p < size; ++p) {
+      if (links[p] != nullptr) out[p] = std::make_unique<TcpConnection>(engine_, links[p]);
+    }
+    return out;
+  }
+
+  std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t size) override {
+    return std::make_unique<TcpMemoryRegion>(data, size);
+  }
+
+  void abort(ErrorKind kind, const std::string& message) override { engine_->abort(kind, message); }
+  bool aborted() const override { return engine_->aborted(); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> createDevice() { return std::make_unique<TcpDevice>(); }
+
+}  // namespace ringfold::transport::tcp_uring

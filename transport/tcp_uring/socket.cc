@@ -1,0 +1,449 @@
+#include "transport/tcp_uring/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "rendezvous/store.h"
+
+namespace ringfold::transport::tcp_uring {
+
+using Clock = std::chrono::steady_clock;
+
+void Socket::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+// ---- interface selection --------------------------------------------------------------
+
+std::vector<Interface> listInterfaces() {
+  std::vector<Interface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    Interface itf;
+    itf.name = i->ifa_name;
+    itf.address = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr);
+    if (i->ifa_netmask != nullptr) {
+      itf.netmask = ntohl(reinterpret_cast<sockaddr_in*>(i->ifa_netmask)->sin_addr.s_addr);
+    }
+    itf.up = (i->ifa_flags & IFF_UP) && (i->ifa_flags & IFF_RUNNING);
+    itf.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    out.push_back(itf);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool ifnameSelected(const std::string& specIn, const std::string& name) {
+  std::string spec = specIn;
+  bool exclude = false, exact = false;
+  if (!spec.empty() && spec[0] == '^') {
+    exclude = true;
+    spec.erase(0, 1);
+  }
+  if (!spec.empty() && spec[0] == '=') {
+    exact = true;
+    spec.erase(0, 1);
+  }
+  bool matched = false;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    if (exact ? name == item : name.compare(0, item.size(), item) == 0) matched = true;
+  }
+  return exclude ? !matched : matched;
+}
+
+namespace {
+
+std::string dotted(uint32_t hostOrder) {
+  in_addr a{htonl(hostOrder)};
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+bool isLoopback(uint32_t hostOrder) { return (hostOrder >> 24) == 127; }
+
+}  // namespace
+
+std::string chooseListenAddress(const std::string& spec, uint32_t storeAddress,
+                                const std::vector<Interface>& interfaces) {
+  if (!spec.empty()) {
+    for (const Interface& i : interfaces) {
+      if (i.up && ifnameSelected(spec, i.name)) return dotted(i.address);
+    }
+    std::string names;
+    for (const Interface& i : interfaces) names += (names.empty() ? "" : ", ") + i.name + (i.up ? "" : " (down)");
+    RF_THROW(InvalidArgument, params::kSocketIfname.name, "='", spec,
+             "' selects no IPv4 interface that is up; this host has: ", names);
+  }
+  if (storeAddress == 0 || isLoopback(storeAddress)) return "127.0.0.1";
+  for (const Interface& i : interfaces) {
+    if (i.up && !i.loopback && i.netmask != 0 && (i.address & i.netmask) == (storeAddress & i.netmask)) {
+      return dotted(i.address);
+    }
+  }
+  for (const Interface& i : interfaces) {
+    if (i.up && !i.loopback) return dotted(i.address);
+  }
+  return "127.0.0.1";
+}
+
+std::string listenAddressFromEnvironment() {
+  uint32_t store = 0;
+  std::string host = params::kStoreAddr.str();
+  if (!host.empty()) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
+      store = ntohl(reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr.s_addr);
+      freeaddrinfo(res);
+    } else {
+      RF_LOG(kWarning) << params::kStoreAddr.name << "='" << host
+                       << "' does not resolve to IPv4; choosing the first interface that is up";
+      store = 0xffffffffu;  // not loopback, matches no subnet
+    }
+  }
+  return chooseListenAddress(params::kSocketIfname.str(), store, listInterfaces());
+}
+
+// ---- socket options ---------------------------------------------------------------------
+
+void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes) {
+  int one = 1;
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "TCP_NODELAY");
+  if (bufferBytes > 0) {
+    int b = static_cast<int>(std::min<uint64_t>(bufferBytes, 1u << 30));
+    RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "SO_SNDBUF");
+    RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)), "SO_RCVBUF");
+  }
+  long long ms = std::max<long long>(timeout.count(), 1000);
+  unsigned userTimeout = static_cast<unsigned>(std::min<long long>(ms, 0x7fffffff));
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout)),
+                 "TCP_USER_TIMEOUT");
+  int idle = static_cast<int>(std::clamp<long long>(ms / 2000, 1, 32767));
+  int interval = static_cast<int>(std::clamp<long long>(ms / 6000, 1, 32767));
+  int count = 3;
+  RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)), "SO_KEEPALIVE");
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)), "TCP_KEEPIDLE");
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)), "TCP_KEEPINTVL");
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)), "TCP_KEEPCNT");
+}
+
+// ---- mesh -------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x52464831;  // "RFH1"
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  int32_t socketIndex;
+  int32_t socketsPerPeer;
+  int32_t reserved;
+};
+
+struct Ack {
+  uint32_t magic;
+  int32_t rank;
+};
+
+void setNonBlocking(int fd, bool on) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  RF_CHECK_ERRNO(flags, "fcntl(F_GETFL)");
+  RF_CHECK_ERRNO(fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)), "fcntl(F_SETFL)");
+}
+
+sockaddr_in parseAddress(const std::string& text, int peer) {
+  auto colon = text.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (colon == std::string::npos || inet_pton(AF_INET, text.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+    throw IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text, "'"));
+  }
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(text.c_str() + colon + 1)));
+  return a;
+}
+
+// One socket being set up: connecting (ours) or accepted (theirs).
+struct Pending {
+  enum State { kConnecting, kReadAck, kReadHello };
+  Pending(State st, Socket s, int p, int i) : state(st), sock(std::move(s)), peer(p), index(i) {}
+  State state;
+  Socket sock;
+  int peer = -1;    // -1 until an accepted socket's hello names it
+  int index = 0;
+  unsigned char buf[sizeof(Hello)] = {};
+  size_t got = 0;
+  Clock::time_point retryAt{};  // a refused connect is retried after this
+};
+
+long long msLeft(Clock::time_point deadline) {
+  return std::max<long long>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+}
+
+class Mesh {
+ public:
+  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o) {
+    result_.resize(o.size);
+    for (int p = 0; p < o.size; ++p) {
+      if (p != o.rank) result_[p].resize(o.socketsPerPeer);
+    }
+  }
+
+  std::vector<std::vector<Socket>> run() {
+    deadline_ = Clock::now() + o_.timeout;
+    listen();
+    for (int peer = o_.rank + 1; peer < o_.size; ++peer) {
+      std::string key = o_.prefix + "/addr/" + std::to_string(peer);
+      std::string text;
+      try {
+        text = store_.getString(key, std::chrono::milliseconds(msLeft(deadline_)));
+      } catch (const TimeoutError&) {
+        throw IoError(peer, detail::concat("rank ", peer, " did not publish its address ('", key, "') within ",
+                                           o_.timeout.count() / 1000.0,
+                                           " s: it did not start, or failed before connecting (",
+                                           params::kStartTimeout.name, ")"));
+      }
+      addresses_.emplace_back(peer, parseAddress(text, peer));
+      for (int i = 0; i < o_.socketsPerPeer; ++i) startConnect(peer, i);
+    }
+    while (missing() > 0) step();
+    for (auto& row : result_) {
+      for (Socket& s : row) setNonBlocking(s.fd(), false);
+    }
+    return std::move(result_);
+  }
+
+ private:
+  void listen() {
+    listener_ = Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    RF_CHECK_ERRNO(listener_.fd(), "socket()");
+    int one = 1;
+    setsockopt(listener_.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, o_.listenAddress.c_str(), &a.sin_addr) != 1) {
+      RF_THROW(InvalidArgument, "listen address '", o_.listenAddress, "' is not an IPv4 address");
+    }
+    RF_CHECK_ERRNO(::bind(listener_.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), "bind(", o_.listenAddress, ")");
+    RF_CHECK_ERRNO(::listen(listener_.fd(), SOMAXCONN), "listen()");
+    socklen_t len = sizeof(a);
+    RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
+    std::string addr = o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
+    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr);
+    RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr;
+  }
+
+  const sockaddr_in& addressOf(int peer) const {
+    for (auto& [p, a] : addresses_) {
+      if (p == peer) return a;
+    }
+    throw IoError(peer, "no address");
+  }
+
+  void startConnect(int peer, int index) {
+    Pending p(Pending::kConnecting, Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)), peer, index);
+    RF_CHECK_ERRNO(p.sock.fd(), "socket()");
+    const sockaddr_in& a = addressOf(peer);
+    int r = ::connect(p.sock.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof(a));
+    if (r != 0 && errno != EINPROGRESS) {
+      p.retryAt = Clock::now() + std::chrono::milliseconds(50);
+      p.sock.reset();
+    }
+    pending_.push_back(std::move(p));
+  }
+
+  int missing() const {
+    int n = 0;
+    for (const auto& row : result_) {
+      for (const Socket& s : row) n += s.valid() ? 0 : 1;
+    }
+    return n;
+  }
+
+  [[noreturn]] void timedOut() {
+    for (int peer = 0; peer < o_.size; ++peer) {
+      if (peer == o_.rank) continue;
+      for (const Socket& s : result_[peer]) {
+        if (s.valid()) continue;
+        double secs = o_.timeout.count() / 1000.0;
+        if (peer > o_.rank) {
+          throw IoError(peer, detail::concat("could not connect to rank ", peer, " within ", secs,
+                                             " s: it published its address but did not answer"));
+        }
+        throw IoError(peer, detail::concat("rank ", peer, " never connected to rank ", o_.rank, " (listening on ",
+                                           o_.listenAddress, ") within ", secs, " s"));
+      }
+    }
+    RF_THROW(TimeoutError, "mesh set-up timed out");
+  }
+
+  void step() {
+    long long left = msLeft(deadline_);
+    if (left == 0) timedOut();
+    Clock::time_point now = Clock::now();
+    std::vector<std::pair<int, int>> retry;
+    for (Pending& p : pending_) {
+      if (!p.sock.valid() && p.peer >= 0 && now >= p.retryAt) {
+        retry.emplace_back(p.peer, p.index);
+        p.peer = -2;
+      }
+    }
+    std::erase_if(pending_, [](const Pending& p) { return p.peer == -2; });
+    for (auto [peer, index] : retry) startConnect(peer, index);
+
+    std::vector<pollfd> fds;
+    fds.push_back({listener_.fd(), POLLIN, 0});
+    for (Pending& p : pending_) {
+      if (!p.sock.valid()) {
+        left = std::min<long long>(left, 10);
+        fds.push_back({-1, 0, 0});
+        continue;
+      }
+      fds.push_back({p.sock.fd(), static_cast<short>(p.state == Pending::kConnecting ? POLLOUT : POLLIN), 0});
+    }
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 100)));
+    if (n < 0 && errno != EINTR) RF_CHECK_ERRNO(n, "poll()");
+    size_t before = pending_.size();
+    for (size_t i = 0; i < before; ++i) {
+      if (fds[i + 1].revents != 0) advance(pending_[i]);
+    }
+    if (fds[0].revents & POLLIN) acceptAll();
+    std::erase_if(pending_, [](const Pending& p) { return p.peer == -2 || (!p.sock.valid() && p.peer < 0); });
+  }
+
+  void acceptAll() {
+    for (;;) {
+      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) return;
+      pending_.emplace_back(Pending::kReadHello, Socket(fd), -1, 0);
+    }
+  }
+
+  // Reads into p.buf until `want` bytes; false while incomplete. A closed socket drops it.
+  bool readSome(Pending& p, size_t want) {
+    ssize_t r = ::recv(p.sock.fd(), p.buf + p.got, want - p.got, 0);
+    if (r > 0) p.got += static_cast<size_t>(r);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+      if (p.state == Pending::kReadAck) {
+        throw IoError(p.peer, detail::concat("rank ", p.peer, " closed the connection during set-up"));
+      }
+      p.sock.reset();  // not one of ours, or a peer that died; it may reconnect
+      p.peer = -1;
+      return false;
+    }
+    return p.got == want;
+  }
+
+  void advance(Pending& p) {
+    if (p.state == Pending::kConnecting) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(p.sock.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {  // refused: the peer may not listen yet (stale address); retry until the deadline
+        p.sock.reset();
+        p.retryAt = Clock::now() + std::chrono::milliseconds(50);
+        return;
+      }
+      Hello h{kHelloMagic, o_.rank, o_.size, p.index, o_.socketsPerPeer, 0};
+      if (::send(p.sock.fd(), &h, sizeof(h), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(h))) {
+        p.sock.reset();
+        p.retryAt = Clock::now() + std::chrono::milliseconds(50);
+        return;
+      }
+      p.state = Pending::kReadAck;
+      p.got = 0;
+      return;
+    }
+    if (p.state == Pending::kReadAck) {
+      if (!readSome(p, sizeof(Ack))) return;
+      Ack a;
+      std::memcpy(&a, p.buf, sizeof(a));
+      if (a.magic != kHelloMagic || a.rank != p.peer) {
+        throw IoError(p.peer, detail::concat("the process at rank ", p.peer, "'s address is not rank ", p.peer,
+                                             " of this job (it answered as rank ", a.rank, ")"));
+      }
+      result_[p.peer][p.index] = std::move(p.sock);
+      p.peer = -2;
+      return;
+    }
+    if (!readSome(p, sizeof(Hello))) return;
+    Hello h;
+    std::memcpy(&h, p.buf, sizeof(h));
+    if (h.magic != kHelloMagic || h.rank < 0 || h.rank >= o_.rank || h.socketIndex < 0 ||
+        h.socketIndex >= o_.socketsPerPeer) {
+      if (h.magic == kHelloMagic && h.size == o_.size && h.socketsPerPeer != o_.socketsPerPeer) {
+        RF_THROW(InvalidArgument, params::kSocketsPerPeer.name, " differs between ranks: rank ", h.rank, " uses ",
+                 h.socketsPerPeer, ", rank ", o_.rank, " uses ", o_.socketsPerPeer);
+      }
+      RF_LOG(kWarning) << "dropping a connection with an unexpected hello (magic " << h.magic << ", rank " << h.rank
+                       << ")";
+      p.sock.reset();
+      p.peer = -1;
+      return;
+    }
+    if (h.size != o_.size || h.socketsPerPeer != o_.socketsPerPeer) {
+      RF_THROW(InvalidArgument, "rank ", h.rank, " was started with size ", h.size, " and ", h.socketsPerPeer,
+               " sockets per peer, rank ", o_.rank, " with size ", o_.size, " and ", o_.socketsPerPeer);
+    }
+    if (result_[h.rank][h.socketIndex].valid()) {
+      RF_LOG(kWarning) << "dropping a second connection from rank " << h.rank << " socket " << h.socketIndex;
+      p.sock.reset();
+      p.peer = -1;
+      return;
+    }
+    Ack a{kHelloMagic, o_.rank};
+    if (::send(p.sock.fd(), &a, sizeof(a), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(a))) {
+      p.sock.reset();
+      p.peer = -1;
+      return;
+    }
+    result_[h.rank][h.socketIndex] = std::move(p.sock);
+    p.peer = -2;
+  }
+
+  rendezvous::Store& store_;
+  MeshOptions o_;
+  Clock::time_point deadline_;
+  Socket listener_;
+  std::vector<std::pair<int, sockaddr_in>> addresses_;
+  std::vector<Pending> pending_;
+  std::vector<std::vector<Socket>> result_;
+};
+
+}  // namespace
+
+std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options) {
+  RF_ENFORCE(options.rank >= 0 && options.rank < options.size, "rank ", options.rank, " of ", options.size);
+  RF_ENFORCE(options.socketsPerPeer >= 1 && options.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=",
+             options.socketsPerPeer, " must be in [1, 64]");
+  return Mesh(store, options).run();
+}
+
+}  // namespace ringfold::transport::tcp_uring

@@ -1,0 +1,96 @@
+// Sockets of the tcp_uring backend: choosing the interface to listen on, socket options, and
+// the start-up mesh (every rank connected to every other by socketsPerPeer TCP sockets).
+//
+// Interface selection (RINGFOLD_SOCKET_IFNAME, NCCL syntax): a comma-separated list of names;
+// each matches interfaces whose name starts with it, or equals it exactly when the list starts
+// with '='; a list starting with '^' excludes those instead. The first IPv4 interface that is up
+// and matches wins. When the variable is unset: 127.0.0.1 if RINGFOLD_STORE_ADDR is unset or a
+// loopback address; otherwise the interface whose subnet holds the store's address, else the
+// first non-loopback interface that is up, else 127.0.0.1.
+//
+// Mesh: each rank listens on the chosen address, publishes "ip:port" under "<prefix>/addr/<rank>",
+// and the lower rank of every pair connects. Each connecting socket sends a Hello {magic, rank,
+// size, socket index, sockets per peer}; the accepting side routes it by that hello and answers
+// with its own rank, so both ends know the socket is the right one before any data flows.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringfold::rendezvous {
+class Store;
+}
+
+namespace ringfold::transport::tcp_uring {
+
+// An owned file descriptor (closed on destruction).
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket() { reset(); }
+  Socket(Socket&& o) noexcept : fd_(o.release()) {}
+  Socket& operator=(Socket&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+struct Interface {
+  std::string name;
+  uint32_t address = 0;  // IPv4, host byte order
+  uint32_t netmask = 0;  // host byte order
+  bool up = false;
+  bool loopback = false;
+};
+
+// The IPv4 interfaces of this host, in getifaddrs order.
+std::vector<Interface> listInterfaces();
+
+// Whether `name` is selected by an NCCL-style spec ("eth", "=eth0", "^docker,lo", "ib0,eth1").
+bool ifnameSelected(const std::string& spec, const std::string& name);
+
+// The address to listen on (dotted quad), by the rules above. `storeAddress` is the store's
+// resolved IPv4 address in host order, 0 when there is no store address. Throws
+// InvalidArgument when a spec selects nothing. Pure, so tests can feed it made-up interfaces.
+std::string chooseListenAddress(const std::string& ifnameSpec, uint32_t storeAddress,
+                                const std::vector<Interface>& interfaces);
+
+// chooseListenAddress() from RINGFOLD_SOCKET_IFNAME, RINGFOLD_STORE_ADDR and this host.
+std::string listenAddressFromEnvironment();
+
+// TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when bufferBytes > 0 (else kernel autotuning); keepalive
+// and TCP_USER_TIMEOUT from `timeout`, so the kernel also gives up on a vanished host.
+void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes);
+
+struct MeshOptions {
+  std::string prefix;
+  int rank = 0;
+  int size = 1;
+  int socketsPerPeer = 1;
+  std::string listenAddress;
+  std::chrono::milliseconds timeout{60000};
+};
+
+// Connects this rank to every other; returns sockets[peer][index] (empty at `rank`), blocking
+// mode, options not yet set. Throws IoError naming the first rank that did not publish its
+// address, could not be reached, or never connected within the timeout.
+std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options);
+
+}  // namespace ringfold::transport::tcp_uring
