@@ -9,7 +9,8 @@
 //  3. The size variable is required; local rank/size are required unless size == 1 (then 0/1).
 //     slurm: SLURM_LOCALID, and the local size from SLURM_NTASKS_PER_NODE, else this node's
 //     (SLURM_NODEID) entry of SLURM_TASKS_PER_NODE.
-//  4. Cross rank/size as documented in bootstrap.h.
+//  4. Cross rank/size as documented in bootstrap.h (slurm: SLURM_NODEID, exact for any task
+//     distribution; otherwise block placement is assumed, -1 when size % localSize != 0).
 //  5. Store address: RINGFOLD_STORE_ADDR, HOROVOD_GLOO_RENDEZVOUS_ADDR, MASTER_ADDR; else
 //     slurm: first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST; else Open MPI on one host:
 //     127.0.0.1.
@@ -26,8 +27,10 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 #include <optional>
 
 #include "common/error.h"
@@ -35,6 +38,11 @@
 #include "common/params.h"
 
 namespace ringfold::rendezvous {
+namespace detail {
+// (tasks, repeat) items of a slurm tasks-per-node list.
+std::vector<std::pair<int, int>> parseTasksPerNode(const std::string& list, const std::string& what);
+}  // namespace detail
+
 namespace {
 
 using Var = std::pair<std::string, std::string>;  // (value, variable name)
@@ -127,8 +135,11 @@ void localFromSet(const NameSet& set, int size, BootstrapInfo& info, Var& lrVar,
                "slurm: neither SLURM_NTASKS_PER_NODE nor SLURM_TASKS_PER_NODE is set; set "
                "RINGFOLD_LOCAL_SIZE");
     }
+    // SLURM_NTASKS_PER_NODE is one count for every node; SLURM_TASKS_PER_NODE lists each.
     int nodeId = -1;
-    if (auto n = env("SLURM_NODEID")) nodeId = toInt(*n);
+    if (perNode->second == "SLURM_TASKS_PER_NODE") {
+      if (auto n = env("SLURM_NODEID")) nodeId = toInt(*n);
+    }
     info.localRank = toInt(*lr);
     info.localSize = detail::slurmTasksOnNode(perNode->first, nodeId, perNode->second);
     lrVar = *lr;
@@ -171,6 +182,20 @@ void deriveCross(BootstrapInfo& info) {
         requireLess(info.crossRank, *gr, info.crossSize, derived);
         return;
       }
+    }
+  }
+  if (info.source == "slurm") {
+    // The node index is exact whatever the task distribution (block, cyclic, uneven).
+    auto nodeId = env("SLURM_NODEID");
+    auto tpn = env("SLURM_TASKS_PER_NODE");
+    if (nodeId && tpn) {
+      int64_t nodes = 0;
+      for (const auto& item : detail::parseTasksPerNode(tpn->first, tpn->second)) nodes += item.second;
+      info.crossRank = toInt(*nodeId);
+      info.crossSize = static_cast<int>(std::min<int64_t>(nodes, INT32_MAX));
+      Var derived{std::to_string(nodes), "the node count of SLURM_TASKS_PER_NODE"};
+      requireLess(info.crossRank, *nodeId, info.crossSize, derived);
+      return;
     }
   }
   if (info.size % info.localSize == 0) {
@@ -289,32 +314,39 @@ std::string firstSlurmHost(const std::string& nodeList) {
   return out;
 }
 
-int slurmTasksOnNode(const std::string& tasksPerNode, int nodeId, const std::string& what) {
+std::vector<std::pair<int, int>> parseTasksPerNode(const std::string& list, const std::string& what) {
   auto bad = [&]() {
-    RF_THROW(InvalidArgument, what, "='", tasksPerNode, "' is not a slurm tasks-per-node list");
+    RF_THROW(InvalidArgument, what, "='", list, "' is not a slurm tasks-per-node list");
   };
-  int node = 0;
+  std::vector<std::pair<int, int>> out;  // (tasks, repeat)
   size_t i = 0;
-  int first = -1;
-  while (i < tasksPerNode.size()) {
-    size_t end = tasksPerNode.find(',', i);
-    std::string item = tasksPerNode.substr(i, end == std::string::npos ? std::string::npos : end - i);
-    i = end == std::string::npos ? tasksPerNode.size() : end + 1;
-    int repeat = 1;
+  while (i < list.size()) {
+    size_t end = list.find(',', i);
+    std::string item = list.substr(i, end == std::string::npos ? std::string::npos : end - i);
+    i = end == std::string::npos ? list.size() : end + 1;
+    int64_t repeat = 1;
     size_t paren = item.find('(');
     if (paren != std::string::npos) {
       if (item.size() < paren + 4 || item[paren + 1] != 'x' || item.back() != ')') bad();
-      repeat = static_cast<int>(params::parseInt(item.substr(paren + 2, item.size() - paren - 3), what));
+      repeat = params::parseInt(item.substr(paren + 2, item.size() - paren - 3), what);
       item = item.substr(0, paren);
     }
-    int tasks = static_cast<int>(params::parseInt(item, what));
-    if (tasks < 1 || repeat < 1) bad();
-    if (first < 0) first = tasks;
-    if (nodeId < 0) return first;
+    int64_t tasks = params::parseInt(item, what);
+    if (tasks < 1 || repeat < 1 || tasks > INT32_MAX || repeat > INT32_MAX) bad();
+    out.emplace_back(static_cast<int>(tasks), static_cast<int>(repeat));
+  }
+  if (out.empty()) bad();
+  return out;
+}
+
+int slurmTasksOnNode(const std::string& tasksPerNode, int nodeId, const std::string& what) {
+  auto items = parseTasksPerNode(tasksPerNode, what);
+  if (nodeId < 0) return items.front().first;
+  int64_t node = 0;
+  for (const auto& [tasks, repeat] : items) {
     if (nodeId < node + repeat) return tasks;
     node += repeat;
   }
-  if (first < 0) bad();
   RF_THROW(InvalidArgument, what, "='", tasksPerNode, "' lists ", node,
            " nodes but SLURM_NODEID is ", nodeId);
 }

@@ -18,7 +18,8 @@
 //   * local rank/size default to 0/1 only for a single process; under slurm the local size is
 //     this node's entry of SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE ("2(x3),1").
 //   * cross rank/size: *_CROSS_* when set, else torchrun's GROUP_RANK (and GROUP_WORLD_SIZE or
-//     WORLD_SIZE/LOCAL_WORLD_SIZE), else rank/localSize and size/localSize when size is a
+//     WORLD_SIZE/LOCAL_WORLD_SIZE), else slurm's SLURM_NODEID and the node count of
+//     SLURM_TASKS_PER_NODE, else rank/localSize and size/localSize when size is a
 //     multiple of localSize (block placement assumed); otherwise -1 (unknown).
 //   * store: RINGFOLD_STORE_ADDR/PORT, or the launcher's own (MASTER_ADDR/PORT, horovodrun's
 //     rendezvous address), the first slurm node, 127.0.0.1 for a one-host Open MPI job; ports

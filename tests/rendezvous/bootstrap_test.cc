@@ -1,0 +1,308 @@
+// bootstrapFromEnvironment(): every launcher's names, precedence, derived values, and errors
+// that name the variable at fault.
+#include <gtest/gtest.h>
+#include <openssl/sha.h>
+#include <stdlib.h>
+
+#include <map>
+#include <optional>
+
+#include "common/error.h"
+#include "rendezvous/bootstrap.h"
+
+namespace ringfold::rendezvous {
+namespace {
+
+const char* kVars[] = {
+    "RINGFOLD_RANK", "RINGFOLD_SIZE", "RINGFOLD_LOCAL_RANK", "RINGFOLD_LOCAL_SIZE",
+    "RINGFOLD_CROSS_RANK", "RINGFOLD_CROSS_SIZE", "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT",
+    "RINGFOLD_SECRET", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+    "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+    "HOROVOD_GLOO_RENDEZVOUS_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+};
+
+class Bootstrap : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) {
+      if (const char* old = std::getenv(v)) saved_[v] = old;
+      ::unsetenv(v);
+    }
+  }
+  void TearDown() override {
+    for (const char* v : kVars) ::unsetenv(v);
+    for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  static void set(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [k, v] : vars) ::setenv(k, v, 1);
+  }
+  // The message of the InvalidArgument that bootstrap throws ("" if it does not throw).
+  static std::string errorOf() {
+    try {
+      bootstrapFromEnvironment();
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::map<std::string, std::string> saved_;
+};
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string sha256Hex(const std::string& s) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
+  char out[2 * SHA256_DIGEST_LENGTH + 1];
+  for (int i = 0; i < SHA256_DIGEST_LENGTH; ++i) std::snprintf(out + 2 * i, 3, "%02x", d[i]);
+  return out;
+}
+
+TEST_F(Bootstrap, NothingSetIsOneProcess) {
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "none");
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.size, 1);
+  EXPECT_EQ(info.localRank, 0);
+  EXPECT_EQ(info.localSize, 1);
+  EXPECT_EQ(info.crossRank, 0);
+  EXPECT_EQ(info.crossSize, 1);
+  EXPECT_TRUE(info.storeAddr.empty());
+  EXPECT_FALSE(info.hostStore);
+}
+
+TEST_F(Bootstrap, RingfoldEveryName) {
+  set({{"RINGFOLD_RANK", "5"}, {"RINGFOLD_SIZE", "8"}, {"RINGFOLD_LOCAL_RANK", "1"},
+       {"RINGFOLD_LOCAL_SIZE", "2"}, {"RINGFOLD_CROSS_RANK", "2"}, {"RINGFOLD_CROSS_SIZE", "4"},
+       {"RINGFOLD_STORE_ADDR", "host0"}, {"RINGFOLD_STORE_PORT", "4000"}, {"RINGFOLD_SECRET", "s3"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "ringfold");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.size, 8);
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.crossRank, 2);
+  EXPECT_EQ(info.crossSize, 4);
+  EXPECT_EQ(info.storeAddr, "host0");
+  EXPECT_EQ(info.storePort, 4000);
+  EXPECT_EQ(info.secret, "s3");
+  EXPECT_FALSE(info.hostStore);  // ringfoldrun hosts the store
+  set({{"RINGFOLD_RANK", "0"}});
+  EXPECT_FALSE(bootstrapFromEnvironment().hostStore);
+}
+
+TEST_F(Bootstrap, RingfoldRequiresTheSecret) {
+  set({{"RINGFOLD_RANK", "0"}, {"RINGFOLD_SIZE", "2"}, {"RINGFOLD_LOCAL_RANK", "0"},
+       {"RINGFOLD_LOCAL_SIZE", "2"}, {"RINGFOLD_STORE_ADDR", "h"}, {"RINGFOLD_STORE_PORT", "1"},
+       {"MASTER_ADDR", "m"}, {"MASTER_PORT", "2"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_SECRET")) << errorOf();
+}
+
+TEST_F(Bootstrap, HorovodNamesAndRendezvousPortPlusOne) {
+  set({{"HOROVOD_RANK", "0"}, {"HOROVOD_SIZE", "4"}, {"HOROVOD_LOCAL_RANK", "0"},
+       {"HOROVOD_LOCAL_SIZE", "2"}, {"HOROVOD_CROSS_RANK", "0"}, {"HOROVOD_CROSS_SIZE", "2"},
+       {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"}, {"HOROVOD_GLOO_RENDEZVOUS_PORT", "5000"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "horovod");
+  EXPECT_EQ(info.size, 4);
+  EXPECT_EQ(info.crossSize, 2);
+  EXPECT_EQ(info.storeAddr, "10.0.0.1");
+  EXPECT_EQ(info.storePort, 5001);
+  EXPECT_TRUE(info.hostStore);
+  EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:HOROVOD_GLOO_RENDEZVOUS_ADDR:"
+                                   "HOROVOD_GLOO_RENDEZVOUS_PORT=10.0.0.1:5000"));
+  set({{"RINGFOLD_STORE_PORT", "6000"}, {"RINGFOLD_SECRET", "mine"}});
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.storePort, 6000);
+  EXPECT_EQ(info.secret, "mine");
+}
+
+TEST_F(Bootstrap, RingfoldAndHorovodMustAgree) {
+  set({{"RINGFOLD_RANK", "1"}, {"HOROVOD_RANK", "2"}, {"RINGFOLD_SIZE", "4"}});
+  std::string e = errorOf();
+  EXPECT_TRUE(has(e, "RINGFOLD_RANK='1'") && has(e, "HOROVOD_RANK='2'")) << e;
+  ::unsetenv("HOROVOD_RANK");
+  set({{"HOROVOD_LOCAL_SIZE", "3"}, {"RINGFOLD_LOCAL_SIZE", "2"}});
+  e = errorOf();
+  EXPECT_TRUE(has(e, "RINGFOLD_LOCAL_SIZE='2'") && has(e, "HOROVOD_LOCAL_SIZE='3'")) << e;
+}
+
+TEST_F(Bootstrap, SizeWithoutRankIsAnError) {
+  set({{"HOROVOD_SIZE", "2"}});
+  EXPECT_TRUE(has(errorOf(), "HOROVOD_RANK")) << errorOf();
+  // Other launchers' size alone (an salloc shell) is not a rank.
+  ::unsetenv("HOROVOD_SIZE");
+  set({{"SLURM_NTASKS", "4"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "none");
+}
+
+TEST_F(Bootstrap, TorchrunNamesPortAndSecret) {
+  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+       {"GROUP_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"},
+       {"TORCHELASTIC_RUN_ID", "run-42"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.crossRank, 1);
+  EXPECT_EQ(info.crossSize, 2);
+  EXPECT_EQ(info.storeAddr, "127.0.0.1");
+  EXPECT_EQ(info.storePort, 29401);  // torchrun's own store holds MASTER_PORT
+  EXPECT_FALSE(info.hostStore);
+  EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:TORCHELASTIC_RUN_ID=run-42"));
+  ::unsetenv("TORCHELASTIC_RUN_ID");
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.storePort, 29400);  // plain MASTER_ADDR/PORT (e.g. Azure ML, hand-set)
+  EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:MASTER_ADDR:MASTER_PORT=127.0.0.1:29400"));
+  set({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"RANK", "0"}, {"GROUP_WORLD_SIZE", "2"}});
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.storePort, 29401);
+  EXPECT_TRUE(info.hostStore);
+}
+
+TEST_F(Bootstrap, Precedence) {
+  set({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "2"},
+       {"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n1"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "slurm");
+  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "9"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "openmpi");
+  EXPECT_EQ(bootstrapFromEnvironment().rank, 3);
+  set({{"RANK", "2"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "torchrun");
+  EXPECT_EQ(bootstrapFromEnvironment().rank, 2);
+  set({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "8"}, {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "2"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "horovod");
+  EXPECT_EQ(bootstrapFromEnvironment().rank, 1);
+  set({{"RINGFOLD_RANK", "1"}, {"RINGFOLD_SIZE", "8"}, {"RINGFOLD_LOCAL_RANK", "1"},
+       {"RINGFOLD_LOCAL_SIZE", "2"}, {"RINGFOLD_SECRET", "x"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "ringfold");
+}
+
+TEST_F(Bootstrap, ErrorsNameTheVariable) {
+  set({{"RANK", "0"}});
+  EXPECT_TRUE(has(errorOf(), "WORLD_SIZE")) << errorOf();
+  set({{"WORLD_SIZE", "four"}});
+  EXPECT_TRUE(has(errorOf(), "WORLD_SIZE='four'")) << errorOf();
+  set({{"WORLD_SIZE", "4"}, {"RANK", "4"}});
+  EXPECT_TRUE(has(errorOf(), "RANK='4'") && has(errorOf(), "WORLD_SIZE='4'")) << errorOf();
+  set({{"RANK", "-1"}});
+  EXPECT_TRUE(has(errorOf(), "RANK='-1'")) << errorOf();
+  set({{"RANK", "1"}});
+  EXPECT_TRUE(has(errorOf(), "LOCAL_RANK")) << errorOf();
+  set({{"LOCAL_RANK", "0"}});
+  EXPECT_TRUE(has(errorOf(), "LOCAL_WORLD_SIZE")) << errorOf();
+  set({{"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}});
+  EXPECT_TRUE(has(errorOf(), "LOCAL_RANK='2'") && has(errorOf(), "LOCAL_WORLD_SIZE='2'")) << errorOf();
+  set({{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "8"}});
+  EXPECT_TRUE(has(errorOf(), "LOCAL_WORLD_SIZE='8'")) << errorOf();
+  set({{"LOCAL_WORLD_SIZE", "2"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_STORE_ADDR")) << errorOf();  // no address at all
+  set({{"MASTER_ADDR", "m"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_STORE_PORT")) << errorOf();
+  set({{"MASTER_PORT", "70000"}});
+  EXPECT_TRUE(has(errorOf(), "MASTER_PORT='70000'")) << errorOf();
+  set({{"MASTER_PORT", "100"}, {"RINGFOLD_CROSS_RANK", "0"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_CROSS_SIZE")) << errorOf();
+  set({{"HOROVOD_CROSS_SIZE", "1"}, {"HOROVOD_CROSS_RANK", "0"}, {"RINGFOLD_CROSS_RANK", "1"}});
+  EXPECT_TRUE(has(errorOf(), "HOROVOD_CROSS_RANK='0'")) << errorOf();  // disagreement
+  ::unsetenv("HOROVOD_CROSS_RANK");
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_CROSS_RANK='1'") && has(errorOf(), "HOROVOD_CROSS_SIZE='1'"))
+      << errorOf();
+  ::unsetenv("RINGFOLD_CROSS_RANK");
+  ::unsetenv("HOROVOD_CROSS_SIZE");
+  EXPECT_EQ(errorOf(), "");
+}
+
+TEST_F(Bootstrap, NoSecretAndNoJobIdentity) {
+  set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"RINGFOLD_STORE_PORT", "1234"}});
+  std::string e = errorOf();
+  EXPECT_TRUE(has(e, "RINGFOLD_SECRET")) << e;
+}
+
+TEST_F(Bootstrap, OneProcessNeedsNoLocalNamesOrStore) {
+  set({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "torchrun");
+  EXPECT_EQ(info.localSize, 1);
+  EXPECT_TRUE(info.storeAddr.empty());
+  EXPECT_TRUE(info.secret.empty());
+  EXPECT_FALSE(info.hostStore);
+}
+
+TEST_F(Bootstrap, OpenMpiOneHostAndJobIdPort) {
+  set({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "3538485249"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "openmpi");
+  EXPECT_EQ(info.storeAddr, "127.0.0.1");
+  EXPECT_EQ(info.storePort, 29500 + 249);
+  EXPECT_EQ(info.crossRank, 0);
+  EXPECT_EQ(info.crossSize, 1);
+  EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:OMPI_MCA_ess_base_jobid=3538485249"));
+  // Uneven placement without a node index: cross rank/size are unknown.
+  set({{"OMPI_COMM_WORLD_SIZE", "3"}, {"RINGFOLD_STORE_ADDR", "h"}});
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.crossRank, -1);
+  EXPECT_EQ(info.crossSize, -1);
+  ::unsetenv("RINGFOLD_STORE_ADDR");
+  // Several hosts: the address must be given.
+  set({{"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_STORE_ADDR")) << errorOf();
+}
+
+TEST_F(Bootstrap, SlurmDerivesLocalSizeHostAndPort) {
+  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
+       {"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}, {"SLURM_JOB_ID", "123456"},
+       {"SLURM_JOB_NODELIST", "node[03-05,7]"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "slurm");
+  EXPECT_EQ(info.localSize, 1);  // node 3 runs one task
+  EXPECT_EQ(info.crossRank, 3);   // from SLURM_NODEID, exact even for uneven placement
+  EXPECT_EQ(info.crossSize, 4);
+  EXPECT_EQ(info.storeAddr, "node03");
+  EXPECT_EQ(info.storePort, 29500 + 456);
+  EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:SLURM_JOB_ID=123456"));
+  set({{"SLURM_NTASKS", "8"}, {"SLURM_TASKS_PER_NODE", "2(x4)"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+       {"SLURM_STEP_NODELIST", "gpu-a[10-11]x,cpu1"}, {"MASTER_PORT", "1000"}});
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.crossRank, 2);
+  EXPECT_EQ(info.crossSize, 4);
+  EXPECT_EQ(info.storeAddr, "gpu-a10x");  // the step's list wins over the job's
+  EXPECT_EQ(info.storePort, 1000);
+  set({{"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_NTASKS", "16"}});
+  EXPECT_EQ(bootstrapFromEnvironment().localSize, 4);
+  ::unsetenv("SLURM_LOCALID");
+  EXPECT_TRUE(has(errorOf(), "SLURM_LOCALID")) << errorOf();
+  set({{"SLURM_LOCALID", "0"}});
+  ::unsetenv("SLURM_NTASKS_PER_NODE");
+  set({{"SLURM_TASKS_PER_NODE", "2(y4)"}});
+  EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE='2(y4)'")) << errorOf();
+  ::unsetenv("SLURM_TASKS_PER_NODE");
+  EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE")) << errorOf();
+}
+
+TEST(SlurmLists, FirstHostAndTasksPerNode) {
+  EXPECT_EQ(detail::firstSlurmHost("node[03-05,7]"), "node03");
+  EXPECT_EQ(detail::firstSlurmHost("node7,node8"), "node7");
+  EXPECT_EQ(detail::firstSlurmHost("rack[2-3]-n[010,12]"), "rack2-n010");
+  EXPECT_EQ(detail::firstSlurmHost("single"), "single");
+  EXPECT_THROW(detail::firstSlurmHost("bad[1-2"), Error);
+  EXPECT_EQ(detail::slurmTasksOnNode("2(x4)", -1, "V"), 2);
+  EXPECT_EQ(detail::slurmTasksOnNode("3,2(x2),1", 0, "V"), 3);
+  EXPECT_EQ(detail::slurmTasksOnNode("3,2(x2),1", 2, "V"), 2);
+  EXPECT_EQ(detail::slurmTasksOnNode("3,2(x2),1", 3, "V"), 1);
+  EXPECT_THROW(detail::slurmTasksOnNode("3,2(x2),1", 4, "V"), InvalidArgument);
+  EXPECT_THROW(detail::slurmTasksOnNode("", 0, "V"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace ringfold::rendezvous

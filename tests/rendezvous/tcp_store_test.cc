@@ -1,0 +1,404 @@
+// TcpStoreServer + TcpStore over 127.0.0.1: the Store contract, authentication, bounded input,
+// a vanishing server, 1000 concurrent clients, and clients in forked processes.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <optional>
+
+#include "child_process.h"
+#include "rendezvous/secret.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_protocol.h"
+#include "store_contract.h"
+
+namespace ringfold::rendezvous::testing {
+namespace {
+
+const std::string kSecret = "test-secret-0123456789";
+
+std::unique_ptr<TcpStore> connect(int port, const std::string& secret = kSecret,
+                                  std::chrono::milliseconds timeout = 5s) {
+  return std::make_unique<TcpStore>("127.0.0.1", port, secret, timeout);
+}
+
+class TcpBackend : public Backend {
+ public:
+  TcpBackend() : server_("127.0.0.1", 0, kSecret) {}
+  std::shared_ptr<Store> client() override { return connect(server_.port()); }
+ private:
+  TcpStoreServer server_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Tcp, StoreContract,
+                         ::testing::Values(BackendFactory{
+                             "Tcp", [] { return std::make_unique<TcpBackend>(); }}),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- raw sockets speaking (or failing to speak) the protocol --------------------------------
+
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      throw std::runtime_error("raw connect failed");
+    }
+  }
+  ~RawClient() { ::close(fd_); }
+
+  void send(const std::vector<uint8_t>& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  }
+  // Reads exactly n bytes within the timeout; nullopt on EOF or timeout.
+  std::optional<std::vector<uint8_t>> recv(size_t n, std::chrono::milliseconds timeout = 3s) {
+    std::vector<uint8_t> out(n);
+    size_t done = 0;
+    auto deadline = Clock::now() + timeout;
+    while (done < n) {
+      if (!readable(deadline)) return std::nullopt;
+      ssize_t r = ::recv(fd_, out.data() + done, n - done, 0);
+      if (r <= 0) return std::nullopt;
+      done += static_cast<size_t>(r);
+    }
+    return out;
+  }
+  // True if the server closes the connection within the timeout.
+  bool closedWithin(std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    uint8_t buf[256];
+    for (;;) {
+      if (!readable(deadline)) return false;
+      ssize_t r = ::recv(fd_, buf, sizeof buf, 0);
+      if (r <= 0) return true;
+    }
+  }
+  // Completes a correct handshake with `secret`.
+  void handshake(const std::string& secret) {
+    auto nonce = recv(wire::kNonceBytes);
+    ASSERT_TRUE(nonce);
+    std::vector<uint8_t> hello(wire::kClientHelloBytes, 7);
+    wire::proof(secret, wire::kClientLabel, nonce->data(), hello.data());
+    send(hello);
+    auto answer = recv(wire::kMacBytes);
+    ASSERT_TRUE(answer);
+    uint8_t expect[wire::kMacBytes];
+    wire::proof(secret, wire::kServerLabel, hello.data() + wire::kMacBytes, expect);
+    ASSERT_TRUE(wire::macEqual(expect, answer->data()));
+  }
+
+ private:
+  bool readable(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) > 0;
+  }
+  int fd_ = -1;
+};
+
+bool waitForCount(const TcpStoreServer& server, int64_t want, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (server.refusedCount() < want && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  return server.refusedCount() >= want;
+}
+
+int64_t vmPeakKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmPeak:", 0) == 0) return std::stoll(line.substr(7));
+  }
+  return -1;
+}
+
+TEST(TcpStore, WrongSecretIsRefusedAndCounted) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  try {
+    connect(server.port(), "not-the-secret");
+    FAIL() << "expected the server to refuse a wrong secret";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "refused")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "wrong secret")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(server.port()))) << e.what();
+  }
+  EXPECT_EQ(server.refusedCount(), 1);
+  auto good = connect(server.port());
+  good->setString("k", "v");
+  EXPECT_EQ(good->getString("k", 1s), "v");
+  EXPECT_EQ(server.refusedCount(), 1);
+}
+
+TEST(TcpStore, GarbageHandshakeIsRefused) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  RawClient raw(server.port());
+  ASSERT_TRUE(raw.recv(wire::kNonceBytes));
+  raw.send(std::vector<uint8_t>(wire::kClientHelloBytes, 0x41));
+  EXPECT_TRUE(raw.closedWithin(3s));
+  EXPECT_TRUE(waitForCount(server, 1, 3s));
+}
+
+TEST(TcpStore, SilentHandshakeTimesOut) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret, 300ms);
+  RawClient silent(server.port());
+  RawClient partial(server.port());
+  partial.send({1, 2, 3});  // starts an answer and never finishes it
+  auto start = Clock::now();
+  EXPECT_TRUE(silent.closedWithin(3s));
+  EXPECT_TRUE(partial.closedWithin(3s));
+  EXPECT_GE(Clock::now() - start, 200ms);
+  EXPECT_TRUE(waitForCount(server, 2, 3s));
+  auto good = connect(server.port());  // the server still serves others
+  EXPECT_EQ(good->add("n", 1), 1);
+}
+
+TEST(TcpStore, OversizedLengthIsRejectedBeforeAllocating) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  const int64_t peakBefore = vmPeakKiB();
+  {
+    RawClient raw(server.port());
+    raw.handshake(kSecret);
+    std::vector<uint8_t> req = {wire::kSet};
+    wire::putU32(req, 3);
+    req.insert(req.end(), {'k', 'e', 'y'});
+    wire::putU32(req, 1u << 31);  // a 2 GiB value that never comes
+    raw.send(req);
+    EXPECT_TRUE(raw.closedWithin(3s));
+  }
+  {
+    RawClient raw(server.port());
+    raw.handshake(kSecret);
+    std::vector<uint8_t> req = {wire::kGet};
+    wire::putU32(req, 0xFFFFFFF0u);  // oversized key
+    raw.send(req);
+    EXPECT_TRUE(raw.closedWithin(3s));
+  }
+  {
+    RawClient raw(server.port());
+    raw.handshake(kSecret);
+    raw.send({0x77});  // unknown op
+    EXPECT_TRUE(raw.closedWithin(3s));
+  }
+  EXPECT_TRUE(waitForCount(server, 3, 3s));
+  // Nothing near 2 GiB was ever reserved (VmPeak counts address space, touched or not).
+  if (peakBefore > 0) {
+    EXPECT_LT(vmPeakKiB() - peakBefore, 1 << 20);
+  }
+  auto fresh = connect(server.port());
+  fresh->setString("k", "still serving");
+  EXPECT_EQ(fresh->getString("k", 1s), "still serving");
+}
+
+TEST(TcpStore, RequestWhileGetWaitsIsAProtocolViolation) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  RawClient raw(server.port());
+  raw.handshake(kSecret);
+  std::vector<uint8_t> get = {wire::kGet};
+  wire::putField(get, "absent", 6);
+  raw.send(get);
+  raw.send(get);
+  EXPECT_TRUE(raw.closedWithin(3s));
+  EXPECT_TRUE(waitForCount(server, 1, 3s));
+}
+
+TEST(TcpStore, LargeValuesRoundTrip) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto a = connect(server.port());
+  auto b = connect(server.port());
+  std::vector<uint8_t> big(8 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 131 + 7);
+  std::thread setter([&] { a->set("big", big); });
+  EXPECT_EQ(b->get("big", 5s), big);
+  setter.join();
+}
+
+TEST(TcpStore, ClientRejectsOversizedInputBeforeSending) {
+  setenv("RINGFOLD_STORE_MAX_VALUE_BYTES", "1K", 1);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto s = connect(server.port());
+  unsetenv("RINGFOLD_STORE_MAX_VALUE_BYTES");
+  EXPECT_THROW(s->set("k", std::vector<uint8_t>(2048)), InvalidArgument);
+  EXPECT_THROW(s->set(std::string(5000, 'k'), {}), InvalidArgument);
+  s->set("k", std::vector<uint8_t>(1024));
+  EXPECT_EQ(s->get("k", 1s).size(), 1024u);
+  EXPECT_EQ(server.refusedCount(), 0);
+}
+
+TEST(TcpStore, OneClientSharedByThreadsDoesNotBlockOnAWaitingGet) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto s = connect(server.port());
+  std::thread waiter([&] { EXPECT_EQ(s->getString("x", 5s), "y"); });
+  std::this_thread::sleep_for(50ms);
+  auto start = Clock::now();
+  s->setString("x", "y");  // must not wait for the get above
+  EXPECT_LT(Clock::now() - start, 2s);
+  waiter.join();
+}
+
+// A get that times out just as the key is set: either outcome is fine, but the connection
+// must stay in step (the CANCEL and the late answer must not be confused with later replies).
+TEST(TcpStore, GetTimeoutRacingWithSetKeepsTheConnectionInStep) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto getter = connect(server.port());
+  auto setter = connect(server.port());
+  int got = 0, timedOut = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "race/" + std::to_string(i);
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::microseconds(500 + (i % 7) * 150));
+      setter->setString(key, key);
+    });
+    try {
+      EXPECT_EQ(getter->getString(key, 1ms), key);
+      ++got;
+    } catch (const TimeoutError&) {
+      ++timedOut;
+    }
+    t.join();
+    getter->setString("probe", std::to_string(i));
+    ASSERT_EQ(getter->getString("probe", 1s), std::to_string(i));
+  }
+  EXPECT_EQ(got + timedOut, 200);
+  EXPECT_EQ(server.refusedCount(), 0);
+}
+
+TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
+  int port;
+  { TcpStoreServer probe("127.0.0.1", 0, kSecret); port = probe.port(); }
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(200ms);
+    server = std::make_unique<TcpStoreServer>("127.0.0.1", port, kSecret);
+  });
+  auto s = connect(port, kSecret, 5s);
+  starter.join();
+  EXPECT_EQ(s->add("n", 2), 2);
+}
+
+TEST(TcpStore, ConnectTimeoutNamesTheAddress) {
+  int port;
+  { TcpStoreServer probe("127.0.0.1", 0, kSecret); port = probe.port(); }
+  auto start = Clock::now();
+  try {
+    connect(port, kSecret, 300ms);
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(port))) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, 3s);
+}
+
+TEST(TcpStore, VanishedServerIsAnIoError) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret);
+  const std::string where = "127.0.0.1:" + std::to_string(server->port());
+  auto idle = connect(server->port());
+  auto waiting = connect(server->port());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(100ms);
+    server.reset();
+  });
+  try {
+    waiting->get("never", 5s);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.peerRank(), -1);
+    EXPECT_TRUE(contains(e.what(), "rendezvous store at " + where + " closed the connection")) << e.what();
+  }
+  killer.join();
+  EXPECT_THROW(idle->setString("k", "v"), IoError);
+}
+
+TEST(TcpStore, ThousandConcurrentClients) {
+  rlimit lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_cur < 4096) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 8192);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 2200) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << lim.rlim_max << " < 2200";
+
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  constexpr int kThreads = 50, kPerThread = 20, kClients = kThreads * kPerThread;
+  std::atomic<int> connected{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        std::vector<std::unique_ptr<TcpStore>> clients;
+        for (int i = 0; i < kPerThread; ++i) clients.push_back(connect(server.port(), kSecret, 20s));
+        connected.fetch_add(kPerThread);
+        // Every client is connected before any works: 1000 simultaneous connections.
+        auto deadline = Clock::now() + 20s;
+        while (connected.load() < kClients && Clock::now() < deadline) std::this_thread::sleep_for(2ms);
+        for (int i = 0; i < kPerThread; ++i) {
+          int id = t * kPerThread + i;
+          clients[i]->setString("client/" + std::to_string(id), std::to_string(id));
+          clients[i]->add("total", 1);
+        }
+        for (int i = 0; i < kPerThread; ++i) {
+          int peer = (t * kPerThread + i + 1) % kClients;  // waits on a key another thread sets
+          if (clients[i]->getString("client/" + std::to_string(peer), 20s) != std::to_string(peer)) {
+            failures.fetch_add(1);
+          }
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        failures.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto check = connect(server.port());
+  EXPECT_EQ(check->getString("total", 1s), std::to_string(kClients));
+  EXPECT_EQ(server.refusedCount(), 0);
+}
+
+TEST(TcpStore, ClientsInForkedProcesses) {
+  // Fork before any server thread exists; the child learns the port through a pipe.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t child = forkChild([&] {
+    ::close(fds[1]);
+    int port = 0;
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1 || ::read(fds[0], &port, sizeof port) != sizeof port) return 3;
+    TcpStore s("127.0.0.1", port, kSecret, 5s);
+    s.setString("from-child", std::to_string(::getpid()));
+    s.add("n", 1);
+    return s.getString("from-parent", 5s) == "hello" ? 0 : 4;
+  });
+  ::close(fds[0]);
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  int port = server.port();
+  ASSERT_EQ(::write(fds[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  ::close(fds[1]);
+  auto s = connect(port);
+  EXPECT_EQ(s->getString("from-child", 5s), std::to_string(child));
+  s->setString("from-parent", "hello");
+  EXPECT_EQ(waitChild(child, 10s), 0);
+  EXPECT_EQ(s->add("n", 1), 2);
+}
+
+TEST(Secret, GeneratesDistinctHex) {
+  std::string a = generateSecret(), b = generateSecret();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  EXPECT_NE(a, b);
+}
+
+TEST(TcpStoreServer, RejectsAnEmptySecret) {
+  EXPECT_THROW(TcpStoreServer("127.0.0.1", 0, ""), Error);
+}
+
+}  // namespace
+}  // namespace ringfold::rendezvous::testing
