@@ -1,0 +1,32 @@
+// JobStore: the one Store all ranks of a job share, opened from a BootstrapInfo.
+//
+//   auto info = bootstrapFromEnvironment();
+//   JobStore job = openJobStore(info);       // rank 0 without a launcher also hosts the server
+//   job.store->add("ready", 1);
+//
+// * size 1: an in-memory HashStore, no network.
+// * info.hostStore (rank 0 under torchrun/horovodrun/mpirun/srun): starts a TcpStoreServer on
+//   all interfaces at info.storePort, then connects to it over 127.0.0.1.
+// * every other rank: a TcpStore to info.storeAddr:info.storePort, retrying until
+//   `connectTimeout` (RINGFOLD_START_TIMEOUT by default) while rank 0 is still starting.
+// Members are destroyed store first, then server (declaration order reversed).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store.h"
+
+namespace ringfold::rendezvous {
+
+struct JobStore {
+  std::unique_ptr<TcpStoreServer> server;  // set only on the rank that hosts the store
+  std::unique_ptr<Store> store;
+};
+
+JobStore openJobStore(const BootstrapInfo& info);
+JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds connectTimeout);
+
+}  // namespace ringfold::rendezvous

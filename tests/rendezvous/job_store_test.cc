@@ -1,0 +1,108 @@
+// openJobStore(): ranks as forked processes bootstrapped from launcher-style environments,
+// rank 0 hosting the TCP store, the others finding it.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <thread>
+
+#include "child_process.h"
+#include "common/error.h"
+#include "rendezvous/hash_store.h"
+#include "rendezvous/job_store.h"
+
+namespace ringfold::rendezvous::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int freePort() {
+  TcpStoreServer probe("127.0.0.1", 0, "probe");
+  return probe.port();
+}
+
+// Runs `ranks` forked processes; each sets `env(rank)`, bootstraps and calls body(rank, store).
+std::vector<int> runRanks(int ranks, const std::function<std::map<std::string, std::string>(int)>& env,
+                          const std::function<int(int, JobStore&)>& body) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    pids.push_back(forkChild([&] {
+      for (const auto& [k, v] : env(r)) ::setenv(k.c_str(), v.c_str(), 1);
+      auto info = bootstrapFromEnvironment();
+      if (info.rank != r) return 10;
+      try {
+        JobStore job = openJobStore(info, 5s);
+        return body(r, job);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        return contains(e.what(), "wrong secret") ? 5 : contains(e.what(), "not set within") ? 6 : 7;
+      }
+    }));
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) codes.push_back(waitChild(pid, 20s));
+  return codes;
+}
+
+TEST(JobStore, OneProcessIsInMemory) {
+  BootstrapInfo info;
+  JobStore job = openJobStore(info, 1s);
+  EXPECT_EQ(job.server, nullptr);
+  ASSERT_NE(dynamic_cast<HashStore*>(job.store.get()), nullptr);
+  EXPECT_EQ(job.store->add("n", 1), 1);
+}
+
+// torchrun-style: store on MASTER_PORT + 1, secret derived from TORCHELASTIC_RUN_ID.
+TEST(JobStore, TorchrunStyleRanksFindRankZero) {
+  const int port = freePort();
+  constexpr int kRanks = 3;
+  auto env = [&](int r) {
+    return std::map<std::string, std::string>{
+        {"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(kRanks)},
+        {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(kRanks)},
+        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port - 1)},
+        {"TORCHELASTIC_RUN_ID", "job-store-test"}, {"RINGFOLD_LOG_LEVEL", "error"}};
+  };
+  auto codes = runRanks(kRanks, env, [&](int r, JobStore& job) {
+    if ((r == 0) != (job.server != nullptr)) return 11;
+    job.store->setString("addr/" + std::to_string(r), "rank" + std::to_string(r));
+    for (int p = 0; p < kRanks; ++p) {
+      if (job.store->getString("addr/" + std::to_string(p), 5s) != "rank" + std::to_string(p)) return 12;
+    }
+    job.store->add("done", 1);
+    if (r == 0) {  // the host keeps the store up until every rank has finished with it
+      auto deadline = Clock::now() + 5s;
+      while (job.store->getString("done", 1s) != std::to_string(kRanks)) {
+        if (Clock::now() > deadline) return 13;
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes, std::vector<int>(kRanks, 0));
+}
+
+TEST(JobStore, RankWithAnotherSecretIsRefused) {
+  const int port = freePort();
+  auto env = [&](int r) {
+    return std::map<std::string, std::string>{
+        {"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_SIZE", "2"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+        {"RINGFOLD_STORE_PORT", std::to_string(port)}, {"RINGFOLD_SECRET", r == 0 ? "alpha" : "beta"},
+        {"RINGFOLD_LOG_LEVEL", "fatal"}};
+  };
+  auto codes = runRanks(2, env, [&](int r, JobStore& job) {
+    job.store->setString("hello/" + std::to_string(r), "x");
+    job.store->get("hello/" + std::to_string(1 - r), 2s);
+    return 0;
+  });
+  EXPECT_EQ(codes, (std::vector<int>{6, 5}));  // rank 0 times out waiting, rank 1 is refused
+}
+
+}  // namespace
+}  // namespace ringfold::rendezvous::testing
