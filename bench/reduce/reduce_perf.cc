@@ -1,13 +1,16 @@
 // reduce_perf: bandwidth of the CPU reducer on each ISA path, next to memcpy of the same size
-// measured in the same run (the machine is shared and noisy: every figure is a median).
+// measured in the same run. The machine is shared and noisy, so every row interleaves its runs
+// with memcpy runs (copy, reduce, copy, reduce, ...) and reports both medians and their ratio.
 //
-//   reduce_perf [--bytes 64M] [--runs 15] [--small 256K] [--dtypes float,half,bfloat16]
+//   reduce_perf [--bytes 64M] [--small 256K|0] [--runs 15] [--dtypes float,half,bfloat16]
 //
-// Bytes per operand. GB/s counts bytes read + written: memcpy moves 2x the buffer, a reduce
-// 3x (reads a and b, writes dst). "ratio" is reduce GB/s over memcpy GB/s. Out of place writes a
-// third buffer; in place writes over a (dst == a), as the ring allreduce does. The small size
-// (in cache) shows the per-element cost without the memory bottleneck.
-#include <sys/mman.h>
+// Sizes are bytes per operand. GB/s counts bytes read + written: memcpy moves 2x the buffer, a
+// reduce 3x (reads a and b, writes dst). "ratio" = reduce GB/s / memcpy GB/s. "sum" writes a
+// third buffer (out of place; large ones use non-temporal stores), "sum-inplace" writes over a
+// (dst == a), as the ring allreduce does. "copy-nt" is a streaming-store copy, for reference:
+// glibc's memcpy does not stream at these sizes when the last-level cache is large.
+// The small size (in cache) shows the per-element cost without the memory bottleneck.
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -29,34 +32,56 @@ using namespace ringfold;
 namespace {
 
 struct Buffer {
-  explicit Buffer(size_t bytes) : size(bytes) {
+  explicit Buffer(size_t bytes) {
     void* p = nullptr;
     RF_ENFORCE(posix_memalign(&p, 4096, bytes) == 0, "out of memory for ", bytes, " bytes");
     data = static_cast<uint8_t*>(p);
   }
   ~Buffer() { free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
   uint8_t* data;
-  size_t size;
 };
 
 double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <class F>
-double medianSeconds(int runs, int reps, F&& body) {
-  body();  // warm up: page faults, caches, frequency
-  std::vector<double> t;
-  for (int r = 0; r < runs; ++r) {
-    const double t0 = seconds();
-    for (int i = 0; i < reps; ++i) body();
-    t.push_back((seconds() - t0) / reps);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-// Values that stay finite and do not overflow under repeated in-place sums.
+// Median seconds per call of body and of copy, their runs interleaved.
+template <class F, class G>
+std::pair<double, double> timePaired(int runs, int reps, F&& body, G&& copy) {
+  body();  // warm up: page faults, caches, frequency
+  copy();
+  std::vector<double> tb, tc;
+  for (int r = 0; r < runs; ++r) {
+    double t0 = seconds();
+    for (int i = 0; i < reps; ++i) copy();
+    tc.push_back((seconds() - t0) / reps);
+    t0 = seconds();
+    for (int i = 0; i < reps; ++i) body();
+    tb.push_back((seconds() - t0) / reps);
+  }
+  return {median(tb), median(tc)};
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void copyStreamAvx2(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+  }
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+#endif
+
+// Values that stay finite and normal under repeated in-place sums.
 void fill(uint8_t* p, size_t bytes, DataType t, unsigned seed) {
   const size_t n = bytes / dataTypeSize(t);
   uint32_t x = seed * 2654435761u + 1;
@@ -65,29 +90,39 @@ void fill(uint8_t* p, size_t bytes, DataType t, unsigned seed) {
     const float v = float(int32_t(x >> 9) % 2001 - 1000) * 1e-6f;
     switch (t) {
       case DataType::kFloat32: std::memcpy(p + 4 * i, &v, 4); break;
-      case DataType::kFloat64: { double d = v; std::memcpy(p + 8 * i, &d, 8); break; }
-      case DataType::kFloat16: { uint16_t h = uint16_t(0x1000 | (x & 0x83FF)); std::memcpy(p + 2 * i, &h, 2); break; }
-      case DataType::kBfloat16: { uint32_t u; std::memcpy(&u, &v, 4); uint16_t b = uint16_t(u >> 16); std::memcpy(p + 2 * i, &b, 2); break; }
-      default: p[i * dataTypeSize(t)] = uint8_t(x);
+      case DataType::kFloat64: { const double d = v; std::memcpy(p + 8 * i, &d, 8); break; }
+      case DataType::kFloat16: { const uint16_t h = uint16_t(0x1000 | (x & 0x83FF)); std::memcpy(p + 2 * i, &h, 2); break; }
+      case DataType::kBfloat16: { uint32_t u; std::memcpy(&u, &v, 4); const uint16_t b = uint16_t(u >> 16); std::memcpy(p + 2 * i, &b, 2); break; }
+      default: std::memset(p + i * dataTypeSize(t), int(x & 0x7F), dataTypeSize(t));
     }
   }
 }
 
-uint64_t parseSize(const char* s) { return params::parseBytes(s, "size argument"); }
+void printRow(const char* op, const char* dtype, const char* path, size_t bytes, double factor,
+              std::pair<double, double> t) {
+  const double gbs = factor * double(bytes) / t.first / 1e9;
+  const double copy = 2.0 * double(bytes) / t.second / 1e9;
+  std::printf("%-12s %-9s %-9s %10.1f %8.2f %11.2f %7.2f\n", op, dtype, path, t.first * 1e6, gbs,
+              copy, gbs / copy);
+}
 
 void runSize(size_t bytes, int runs, const std::vector<DataType>& dtypes, const std::vector<CpuIsa>& isas) {
-  Buffer a(bytes), b(bytes), c(bytes);
+  Buffer a(bytes), b(bytes), c(bytes), d(bytes);
   std::memset(c.data, 0, bytes);
+  std::memset(d.data, 0, bytes);
   // Small buffers repeat inside one timed run so that each run lasts long enough to time.
   const int reps = std::max<int>(1, int((8u << 20) / bytes));
-  fill(a.data, bytes, DataType::kFloat32, 1);
-  fill(b.data, bytes, DataType::kFloat32, 2);
-  const double tCopy = medianSeconds(runs, reps, [&] { std::memcpy(c.data, a.data, bytes); });
-  const double copyGBs = 2.0 * bytes / tCopy / 1e9;
-  std::printf("\n# %zu bytes per operand, median of %d runs%s\n", bytes, runs,
-              reps > 1 ? (" (x" + std::to_string(reps) + " calls each)").c_str() : "");
-  std::printf("%-10s %-9s %-12s %10s %8s %8s\n", "op", "dtype", "path", "time(us)", "GB/s", "ratio");
-  std::printf("%-10s %-9s %-12s %10.1f %8.2f %8.2f\n", "memcpy", "-", "libc", tCopy * 1e6, copyGBs, 1.0);
+  auto copy = [&] { std::memcpy(d.data, c.data, bytes); };
+  std::printf("\n# %zu bytes per operand, median of %d interleaved runs%s\n", bytes, runs,
+              reps > 1 ? (" of " + std::to_string(reps) + " calls").c_str() : "");
+  std::printf("%-12s %-9s %-9s %10s %8s %11s %7s\n", "op", "dtype", "path", "time(us)", "GB/s",
+              "memcpyGB/s", "ratio");
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) {
+    printRow("copy-nt", "-", "avx2", bytes, 2.0,
+             timePaired(runs, reps, [&] { copyStreamAvx2(a.data, b.data, bytes); }, copy));
+  }
+#endif
   for (DataType t : dtypes) {
     fill(a.data, bytes, t, 1);
     fill(b.data, bytes, t, 2);
@@ -97,18 +132,11 @@ void runSize(size_t bytes, int runs, const std::vector<DataType>& dtypes, const 
       for (bool inPlace : {false, true}) {
         // In place, a accumulates b run after run; the small inputs stay finite and normal.
         uint8_t* dst = inPlace ? a.data : c.data;
-        const double tr = medianSeconds(runs, reps, [&] {
-          red->reduce(dst, a.data, b.data, count, t, ReduceOp::kSum);
-        });
-        const double gbs = 3.0 * bytes / tr / 1e9;
-        std::printf("%-10s %-9s %-12s %10.1f %8.2f %8.2f\n", inPlace ? "sum-inplace" : "sum",
-                    dataTypeName(t), cpuIsaName(isa), tr * 1e6, gbs, gbs / copyGBs);
+        auto t2 = timePaired(runs, reps, [&] { red->reduce(dst, a.data, b.data, count, t, ReduceOp::kSum); }, copy);
+        printRow(inPlace ? "sum-inplace" : "sum", dataTypeName(t), cpuIsaName(isa), bytes, 3.0, t2);
       }
     }
   }
-  const double tCopy2 = medianSeconds(runs, reps, [&] { std::memcpy(c.data, a.data, bytes); });
-  std::printf("%-10s %-9s %-12s %10.1f %8.2f   (again, after the reduces)\n", "memcpy", "-",
-              "libc", tCopy2 * 1e6, 2.0 * bytes / tCopy2 / 1e9);
 }
 
 }  // namespace
@@ -120,30 +148,35 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const char* val = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (arg == "--bytes" && val) { bytes = parseSize(val); ++i; }
-    else if (arg == "--small" && val) { small = parseSize(val); ++i; }
-    else if (arg == "--runs" && val) { runs = std::max(1, std::atoi(val)); ++i; }
-    else if (arg == "--dtypes" && val) {
+    if (arg == "--bytes" && val) {
+      bytes = params::parseBytes(val, "--bytes");
+    } else if (arg == "--small" && val) {
+      small = params::parseBytes(val, "--small");
+    } else if (arg == "--runs" && val) {
+      runs = std::max(1, std::atoi(val));
+    } else if (arg == "--dtypes" && val) {
       dtypes.clear();
-      std::string list = val;
-      size_t pos = 0;
-      while (pos <= list.size()) {
+      const std::string list = val;
+      for (size_t pos = 0; pos <= list.size();) {
         const size_t end = std::min(list.find(',', pos), list.size());
-        auto t = parseDataType(list.substr(pos, end - pos));
-        RF_ENFORCE(t && isReducible(*t), "unknown dtype in --dtypes: ", list.substr(pos, end - pos));
+        const std::string name = list.substr(pos, end - pos);
+        auto t = parseDataType(name);
+        RF_ENFORCE(t && isReducible(*t), "unknown dtype in --dtypes: ", name);
         dtypes.push_back(*t);
         pos = end + 1;
       }
-      ++i;
     } else {
-      std::fprintf(stderr, "usage: %s [--bytes 64M] [--small 256K|0] [--runs 15] [--dtypes float,half,bfloat16]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--bytes 64M] [--small 256K|0] [--runs 15] [--dtypes float,half,bfloat16]\n",
+                   argv[0]);
       return 2;
     }
+    ++i;
   }
+  RF_ENFORCE(bytes >= 64 && (small == 0 || small >= 64), "sizes must be at least 64 bytes");
   std::vector<CpuIsa> isas = {CpuIsa::kPortable};
   if (detectCpuIsa() != CpuIsa::kPortable) isas.push_back(CpuIsa::kAvx2);
   if (detectCpuIsa() == CpuIsa::kAvx512) isas.push_back(CpuIsa::kAvx512);
-  std::printf("# reduce_perf: best path on this CPU: %s; GB/s = (read + written bytes) / time\n",
+  std::printf("# reduce_perf: best path on this CPU: %s; GB/s = (bytes read + written) / time\n",
               cpuIsaName(detectCpuIsa()));
   runSize(bytes, runs, dtypes, isas);
   if (small > 0) runSize(small, runs, dtypes, isas);

@@ -23,6 +23,10 @@ inline constexpr int kNumKernelOps = 4;  // sum, prod, max, min (ReduceOp values
 struct KernelTable {
   ReduceFn reduce[kNumDataTypes][kNumKernelOps][2];  // [dtype][op][scaled]
   ScaleFn scale[kNumDataTypes];
+  // The same reductions with non-temporal stores, for large out-of-place calls (the result
+  // bypasses the caches instead of evicting the inputs). Null where the path has none
+  // (portable) and for scaled integer reductions (scalar).
+  ReduceFn reduceStream[kNumDataTypes][kNumKernelOps][2];
 };
 
 const KernelTable& portableKernels();

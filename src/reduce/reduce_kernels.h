@@ -35,7 +35,9 @@ struct Io<Fmt::kHalf> {
   using C = float;
   template <class S> static constexpr size_t lanes() { return S::kF; }
   template <class S> static auto load(const T* p) { return S::loadHalf(p); }
-  template <class S, class V> static void store(T* p, V v) { S::storeHalf(p, v); }
+  template <class S, bool kNt, class V> static void store(T* p, V v) {
+    if constexpr (kNt) S::streamHalf(p, v); else S::storeHalf(p, v);
+  }
 };
 template <>
 struct Io<Fmt::kBf16> {
@@ -43,7 +45,7 @@ struct Io<Fmt::kBf16> {
   using C = float;
   template <class S> static constexpr size_t lanes() { return S::kF; }
   template <class S> static auto load(const T* p) { return S::loadBf16(p); }
-  template <class S, class V> static void store(T* p, V v) { S::storeBf16(p, v); }
+  template <class S, bool kNt, class V> static void store(T* p, V v) { S::storeBf16(p, v); }
 };
 template <>
 struct Io<Fmt::kF32> {
@@ -51,7 +53,9 @@ struct Io<Fmt::kF32> {
   using C = float;
   template <class S> static constexpr size_t lanes() { return S::kF; }
   template <class S> static auto load(const T* p) { return S::load(p); }
-  template <class S, class V> static void store(T* p, V v) { S::store(p, v); }
+  template <class S, bool kNt, class V> static void store(T* p, V v) {
+    if constexpr (kNt) S::stream(p, v); else S::store(p, v);
+  }
 };
 template <>
 struct Io<Fmt::kF64> {
@@ -59,7 +63,9 @@ struct Io<Fmt::kF64> {
   using C = double;
   template <class S> static constexpr size_t lanes() { return S::kD; }
   template <class S> static auto load(const T* p) { return S::load(p); }
-  template <class S, class V> static void store(T* p, V v) { S::store(p, v); }
+  template <class S, bool kNt, class V> static void store(T* p, V v) {
+    if constexpr (kNt) S::stream(p, v); else S::store(p, v);
+  }
 };
 
 // One vector step of a binary (step2) or unary (step1) element function fn: load, fn, store.
@@ -71,15 +77,19 @@ constexpr size_t stepLanes() {
   return Io<F>::template lanes<S>();
 }
 
-template <Fmt F, class S, class T, class Fn>
+template <Fmt F, class S, bool kNt, class T, class Fn>
 void step2(T* d, const T* a, const T* b, Fn fn) {
   if constexpr (F == Fmt::kBf16 && S::kF > 1) {
     typename S::VF ae, ao, be, bo;
     S::loadBf16Pair(a, ae, ao);
     S::loadBf16Pair(b, be, bo);
-    S::storeBf16Pair(d, fn(ae, be), fn(ao, bo));
+    if constexpr (kNt) {
+      S::streamBf16Pair(d, fn(ae, be), fn(ao, bo));
+    } else {
+      S::storeBf16Pair(d, fn(ae, be), fn(ao, bo));
+    }
   } else {
-    Io<F>::template store<S>(d, fn(Io<F>::template load<S>(a), Io<F>::template load<S>(b)));
+    Io<F>::template store<S, kNt>(d, fn(Io<F>::template load<S>(a), Io<F>::template load<S>(b)));
   }
 }
 
@@ -90,7 +100,7 @@ void step1(T* d, const T* a, Fn fn) {
     S::loadBf16Pair(a, ae, ao);
     S::storeBf16Pair(d, fn(ae), fn(ao));
   } else {
-    Io<F>::template store<S>(d, fn(Io<F>::template load<S>(a)));
+    Io<F>::template store<S, false>(d, fn(Io<F>::template load<S>(a)));
   }
 }
 
@@ -111,7 +121,18 @@ struct FMin {
   template <class S, class V> static V apply(V a, V b) { return S::min(a, b); }
 };
 
-template <class S, Fmt F, class Op, bool kScaled>
+// Elements before dst reaches kStreamAlign bytes, for the non-temporal variant (whose vector
+// stores must be aligned). dst is element-aligned (reducer.h), so this is exact.
+template <class T>
+size_t streamHead(const T* dst, size_t n) {
+  constexpr size_t kAlign = 64;
+  const size_t mis = reinterpret_cast<uintptr_t>(dst) % kAlign;
+  const size_t head = mis == 0 ? 0 : (kAlign - mis) / sizeof(T);
+  return head < n ? head : n;
+}
+
+// kNt: non-temporal stores (SIMD paths only), for large out-of-place reductions.
+template <class S, Fmt F, class Op, bool kScaled, bool kNt = false>
 void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double scale) {
   using IO = Io<F>;
   using T = typename IO::T;
@@ -119,6 +140,11 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
   T* dst = static_cast<T*>(dstv);
   const T* a = static_cast<const T*>(av);
   const T* b = static_cast<const T*>(bv);
+  size_t i = 0;
+  if constexpr (kNt) {
+    i = streamHead(dst, n);
+    reduceFloat<ScalarSimd, F, Op, kScaled>(dst, a, b, i, scale);
+  }
   constexpr size_t L = stepLanes<F, S>();
   const auto vs = S::splat(static_cast<C>(scale));
   auto fn = [vs](auto va, auto vb) {
@@ -127,9 +153,9 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
     if constexpr (kScaled || Op::kCanon) r = S::canon(r);
     return r;
   };
-  size_t i = 0;
 #pragma GCC unroll 2
-  for (; i + L <= n; i += L) step2<F, S>(dst + i, a + i, b + i, fn);
+  for (; i + L <= n; i += L) step2<F, S, kNt>(dst + i, a + i, b + i, fn);
+  if constexpr (kNt) S::fence();
   if constexpr (L > 1) {
     if (i < n) reduceFloat<ScalarSimd, F, Op, kScaled>(dst + i, a + i, b + i, n - i, scale);
   }
@@ -181,13 +207,17 @@ struct IMin {
   template <class V> static V apply(V a, V b) { return a < b ? a : b; }
 };
 
-template <class T, class Op, bool kScaled>
+template <class S, class T, class Op, bool kScaled, bool kNt = false>
 void reduceInt(void* dstv, const void* av, const void* bv, size_t n, double scale) {
   using E = std::conditional_t<Op::kUnsigned, std::make_unsigned_t<T>, T>;
   auto* dst = static_cast<unsigned char*>(dstv);
   const auto* a = static_cast<const unsigned char*>(av);
   const auto* b = static_cast<const unsigned char*>(bv);
   size_t i = 0;
+  if constexpr (kNt) {
+    i = streamHead(static_cast<T*>(dstv), n);
+    reduceInt<S, T, Op, kScaled>(dst, a, b, i, scale);
+  }
   if constexpr (!kScaled) {
     typedef E V __attribute__((vector_size(RF_INT_VEC_BYTES)));
     constexpr size_t L = sizeof(V) / sizeof(E);
@@ -197,8 +227,14 @@ void reduceInt(void* dstv, const void* av, const void* bv, size_t n, double scal
       std::memcpy(&x, a + i * sizeof(E), sizeof x);
       std::memcpy(&y, b + i * sizeof(E), sizeof y);
       const V r = Op::apply(x, y);
-      std::memcpy(dst + i * sizeof(E), &r, sizeof r);
+      if constexpr (kNt) {
+        static_assert(sizeof(V) == S::kF * sizeof(float), "integer vectors are register wide");
+        S::streamBytes(dst + i * sizeof(E), &r);
+      } else {
+        std::memcpy(dst + i * sizeof(E), &r, sizeof r);
+      }
     }
+    if constexpr (kNt) S::fence();
   }
   for (; i < n; ++i) {
     E x, y;
@@ -218,42 +254,51 @@ void scaleInt(void* dstv, const void* srcv, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) dst[i] = roundSaturate<T>(static_cast<double>(src[i]) * factor);
 }
 
+template <class S, Fmt F, class Op, int kOp>
+void fillFloatOp(KernelTable& t, DataType d) {
+  const int di = static_cast<int>(d);
+  t.reduce[di][kOp][0] = &reduceFloat<S, F, Op, false>;
+  t.reduce[di][kOp][1] = &reduceFloat<S, F, Op, true>;
+  if constexpr (S::kStream) {
+    t.reduceStream[di][kOp][0] = &reduceFloat<S, F, Op, false, true>;
+    t.reduceStream[di][kOp][1] = &reduceFloat<S, F, Op, true, true>;
+  }
+}
+
 template <class S, Fmt F>
 void fillFloat(KernelTable& t, DataType d) {
-  auto& r = t.reduce[static_cast<int>(d)];
-  r[0][0] = &reduceFloat<S, F, FSum, false>;
-  r[0][1] = &reduceFloat<S, F, FSum, true>;
-  r[1][0] = &reduceFloat<S, F, FProd, false>;
-  r[1][1] = &reduceFloat<S, F, FProd, true>;
-  r[2][0] = &reduceFloat<S, F, FMax, false>;
-  r[2][1] = &reduceFloat<S, F, FMax, true>;
-  r[3][0] = &reduceFloat<S, F, FMin, false>;
-  r[3][1] = &reduceFloat<S, F, FMin, true>;
+  fillFloatOp<S, F, FSum, 0>(t, d);
+  fillFloatOp<S, F, FProd, 1>(t, d);
+  fillFloatOp<S, F, FMax, 2>(t, d);
+  fillFloatOp<S, F, FMin, 3>(t, d);
   t.scale[static_cast<int>(d)] = &scaleFloat<S, F>;
 }
 
-template <class T>
+template <class S, class T, class Op, int kOp>
+void fillIntOp(KernelTable& t, DataType d) {
+  const int di = static_cast<int>(d);
+  t.reduce[di][kOp][0] = &reduceInt<S, T, Op, false>;
+  t.reduce[di][kOp][1] = &reduceInt<S, T, Op, true>;
+  if constexpr (S::kStream) t.reduceStream[di][kOp][0] = &reduceInt<S, T, Op, false, true>;
+}
+
+template <class S, class T>
 void fillInt(KernelTable& t, DataType d) {
-  auto& r = t.reduce[static_cast<int>(d)];
-  r[0][0] = &reduceInt<T, ISum, false>;
-  r[0][1] = &reduceInt<T, ISum, true>;
-  r[1][0] = &reduceInt<T, IProd, false>;
-  r[1][1] = &reduceInt<T, IProd, true>;
-  r[2][0] = &reduceInt<T, IMax, false>;
-  r[2][1] = &reduceInt<T, IMax, true>;
-  r[3][0] = &reduceInt<T, IMin, false>;
-  r[3][1] = &reduceInt<T, IMin, true>;
+  fillIntOp<S, T, ISum, 0>(t, d);
+  fillIntOp<S, T, IProd, 1>(t, d);
+  fillIntOp<S, T, IMax, 2>(t, d);
+  fillIntOp<S, T, IMin, 3>(t, d);
   t.scale[static_cast<int>(d)] = &scaleInt<T>;
 }
 
 KernelTable makeTable() {
   KernelTable t{};
-  fillInt<int8_t>(t, DataType::kInt8);
-  fillInt<uint8_t>(t, DataType::kUint8);
-  fillInt<int32_t>(t, DataType::kInt32);
-  fillInt<uint32_t>(t, DataType::kUint32);
-  fillInt<int64_t>(t, DataType::kInt64);
-  fillInt<uint64_t>(t, DataType::kUint64);
+  fillInt<Simd, int8_t>(t, DataType::kInt8);
+  fillInt<Simd, uint8_t>(t, DataType::kUint8);
+  fillInt<Simd, int32_t>(t, DataType::kInt32);
+  fillInt<Simd, uint32_t>(t, DataType::kUint32);
+  fillInt<Simd, int64_t>(t, DataType::kInt64);
+  fillInt<Simd, uint64_t>(t, DataType::kUint64);
   fillFloat<Simd, Fmt::kHalf>(t, DataType::kFloat16);
   fillFloat<Simd, Fmt::kBf16>(t, DataType::kBfloat16);
   fillFloat<Simd, Fmt::kF32>(t, DataType::kFloat32);

@@ -22,6 +22,7 @@ struct Avx2Simd {
   using VD = __m256d;
   static constexpr size_t kF = 8;
   static constexpr size_t kD = 4;
+  static constexpr bool kStream = true;
 
   static VF splat(float x) { return _mm256_set1_ps(x); }
   static VD splat(double x) { return _mm256_set1_pd(x); }
@@ -30,14 +31,20 @@ struct Avx2Simd {
   static VD load(const double* p) { return _mm256_loadu_pd(p); }
   static void store(float* p, VF v) { _mm256_storeu_ps(p, v); }
   static void store(double* p, VD v) { _mm256_storeu_pd(p, v); }
+  // Non-temporal stores: p must be 32-byte aligned (16 for streamHalf); fence() after the loop.
+  static void stream(float* p, VF v) { _mm256_stream_ps(p, v); }
+  static void stream(double* p, VD v) { _mm256_stream_pd(p, v); }
+  static void streamBytes(void* p, const void* v) {
+    _mm256_stream_si256(static_cast<__m256i*>(p), _mm256_loadu_si256(static_cast<const __m256i*>(v)));
+  }
+  static void fence() { _mm_sfence(); }
 
   static VF loadHalf(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  static void storeHalf(uint16_t* p, VF v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
+  static __m128i toHalf(VF v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static void storeHalf(uint16_t* p, VF v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), toHalf(v)); }
+  static void streamHalf(uint16_t* p, VF v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), toHalf(v)); }
   // 16 bfloat16 values: even elements (shifted up) and odd elements (masked) as two float
   // vectors; the store rounds both to nearest even and interleaves them back.
   static void loadBf16Pair(const uint16_t* p, VF& even, VF& odd) {
@@ -50,10 +57,15 @@ struct Avx2Simd {
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     return _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), odd);
   }
-  static void storeBf16Pair(uint16_t* p, VF even, VF odd) {
+  static __m256i packBf16(VF even, VF odd) {
     const __m256i hi = _mm256_and_si256(roundBf16(odd), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
-    const __m256i lo = _mm256_srli_epi32(roundBf16(even), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_or_si256(hi, lo));
+    return _mm256_or_si256(hi, _mm256_srli_epi32(roundBf16(even), 16));
+  }
+  static void storeBf16Pair(uint16_t* p, VF even, VF odd) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packBf16(even, odd));
+  }
+  static void streamBf16Pair(uint16_t* p, VF even, VF odd) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), packBf16(even, odd));
   }
 
   static VF add(VF a, VF b) { return _mm256_add_ps(a, b); }

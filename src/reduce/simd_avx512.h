@@ -18,6 +18,7 @@ struct Avx512Simd {
   using VD = __m512d;
   static constexpr size_t kF = 16;
   static constexpr size_t kD = 8;
+  static constexpr bool kStream = true;
 
   static VF splat(float x) { return _mm512_set1_ps(x); }
   static VD splat(double x) { return _mm512_set1_pd(x); }
@@ -26,14 +27,18 @@ struct Avx512Simd {
   static VD load(const double* p) { return _mm512_loadu_pd(p); }
   static void store(float* p, VF v) { _mm512_storeu_ps(p, v); }
   static void store(double* p, VD v) { _mm512_storeu_pd(p, v); }
+  // Non-temporal stores: p must be 64-byte aligned (32 for streamHalf); fence() after the loop.
+  static void stream(float* p, VF v) { _mm512_stream_ps(p, v); }
+  static void stream(double* p, VD v) { _mm512_stream_pd(p, v); }
+  static void streamBytes(void* p, const void* v) { _mm512_stream_si512(static_cast<__m512i*>(p), _mm512_loadu_si512(v)); }
+  static void fence() { _mm_sfence(); }
 
   static VF loadHalf(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static void storeHalf(uint16_t* p, VF v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
+  static __m256i toHalf(VF v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static void storeHalf(uint16_t* p, VF v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), toHalf(v)); }
+  static void streamHalf(uint16_t* p, VF v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), toHalf(v)); }
   static void loadBf16Pair(const uint16_t* p, VF& even, VF& odd) {
     const __m512i x = _mm512_loadu_si512(p);
     even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
@@ -44,13 +49,14 @@ struct Avx512Simd {
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
     return _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd);
   }
-  static void storeBf16Pair(uint16_t* p, VF even, VF odd) {
+  static __m512i packBf16(VF even, VF odd) {
     // (hi & 0xFFFF0000) | (lo >> 16) in one ternary-logic instruction after the shift.
     const __m512i lo = _mm512_srli_epi32(roundBf16(even), 16);
-    const __m512i hi = roundBf16(odd);
     const __m512i mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-    _mm512_storeu_si512(p, _mm512_ternarylogic_epi32(mask, hi, lo, 0xEA));
+    return _mm512_ternarylogic_epi32(mask, roundBf16(odd), lo, 0xEA);
   }
+  static void storeBf16Pair(uint16_t* p, VF even, VF odd) { _mm512_storeu_si512(p, packBf16(even, odd)); }
+  static void streamBf16Pair(uint16_t* p, VF even, VF odd) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packBf16(even, odd)); }
 
   static VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
   static VD add(VD a, VD b) { return _mm512_add_pd(a, b); }

@@ -22,6 +22,7 @@ struct PortableSimd {
   typedef uint64_t VUL __attribute__((vector_size(16)));
   static constexpr size_t kF = 4;
   static constexpr size_t kD = 2;
+  static constexpr bool kStream = false;  // no non-temporal stores
 
   static VF splat(float x) { return VF{x, x, x, x}; }
   static VD splat(double x) { return VD{x, x}; }

@@ -36,6 +36,7 @@ struct ScalarSimd {
   using VD = double;
   static constexpr size_t kF = 1;
   static constexpr size_t kD = 1;
+  static constexpr bool kStream = false;  // no non-temporal stores
 
   static VF splat(float x) { return x; }
   static VD splat(double x) { return x; }
