@@ -178,15 +178,18 @@ void scaleFloat(void* dstv, const void* srcv, size_t n, double factor) {
   }
 }
 
-// round(x) with halves away from zero, saturated to T's range; NaN gives 0.
+// round(x) with halves away from zero, saturated to T's range; NaN gives 0. The limits are
+// constexpr locals so that no out-of-line std:: function is emitted into this ISA's object.
 template <class T>
 T roundSaturate(double x) {
+  constexpr T kMin = std::numeric_limits<T>::min();
+  constexpr T kMax = std::numeric_limits<T>::max();
+  constexpr double kLo = static_cast<double>(kMin);
+  constexpr double kHiExclusive = 2.0 * static_cast<double>(kMax / 2 + 1);
   if (x != x) return 0;
   const double r = __builtin_round(x);
-  constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
-  constexpr double kHiExclusive = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
-  if (r <= kLo) return std::numeric_limits<T>::min();
-  if (r >= kHiExclusive) return std::numeric_limits<T>::max();
+  if (r <= kLo) return kMin;
+  if (r >= kHiExclusive) return kMax;
   return static_cast<T>(r);
 }
 
