@@ -29,7 +29,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
+#include <atomic>
 #include <vector>
 #include <optional>
 
@@ -46,6 +46,8 @@ std::vector<std::pair<int, int>> parseTasksPerNode(const std::string& list, cons
 namespace {
 
 using Var = std::pair<std::string, std::string>;  // (value, variable name)
+
+std::atomic<bool> gDerivedSecretWarned{false};  // warn once per process
 
 // Launcher variables that are not ringfold tunables are read here (documented in params.def
 // under RINGFOLD_RANK & co.); ringfold's own go through params::kX.
@@ -283,13 +285,12 @@ void deriveSecret(BootstrapInfo& info) {
              params::kSecret.name, " to the same string on every rank");
   }
   info.secret = hexSha256("ringfold-job-secret-v1:" + id->second + "=" + id->first);
-  static std::once_flag warned;
-  std::call_once(warned, [&] {
+  if (!gDerivedSecretWarned.exchange(true)) {
     RF_LOG(kWarning) << params::kSecret.name << " is not set; the rendezvous store secret is derived from "
                      << id->second << ", which only protects against accidental connections from other "
                      << "jobs, not against anyone who can read it. Set " << params::kSecret.name
                      << " (e.g. `export RINGFOLD_SECRET=$(openssl rand -hex 32)`) for a real secret.";
-  });
+  }
 }
 
 }  // namespace
@@ -350,6 +351,8 @@ int slurmTasksOnNode(const std::string& tasksPerNode, int nodeId, const std::str
   RF_THROW(InvalidArgument, what, "='", tasksPerNode, "' lists ", node,
            " nodes but SLURM_NODEID is ", nodeId);
 }
+
+void resetDerivedSecretWarning() { gDerivedSecretWarned.store(false); }
 
 }  // namespace detail
 

@@ -54,6 +54,8 @@ std::string firstSlurmHost(const std::string& nodeList);
 // Tasks on node `nodeId` (or the first node when nodeId < 0) of a slurm tasks-per-node list:
 // "2(x3),1" -> 2 for nodes 0..2, 1 for node 3. Throws InvalidArgument naming `what`.
 int slurmTasksOnNode(const std::string& tasksPerNode, int nodeId, const std::string& what);
+// The derived-secret warning is logged once per process; tests re-arm it.
+void resetDerivedSecretWarning();
 }  // namespace detail
 
 }  // namespace ringfold::rendezvous

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/logging.h"
 #include "rendezvous/bootstrap.h"
 
 namespace ringfold::rendezvous {
@@ -24,7 +25,7 @@ const char* kVars[] = {
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST",
+    "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL",
 };
 
 class Bootstrap : public ::testing::Test {
@@ -34,10 +35,12 @@ class Bootstrap : public ::testing::Test {
       if (const char* old = std::getenv(v)) saved_[v] = old;
       ::unsetenv(v);
     }
+    reloadLogLevel();
   }
   void TearDown() override {
     for (const char* v : kVars) ::unsetenv(v);
     for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
+    reloadLogLevel();
   }
   static void set(std::initializer_list<std::pair<const char*, const char*>> vars) {
     for (const auto& [k, v] : vars) ::setenv(k, v, 1);
@@ -288,6 +291,25 @@ TEST_F(Bootstrap, SlurmDerivesLocalSizeHostAndPort) {
   EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE='2(y4)'")) << errorOf();
   ::unsetenv("SLURM_TASKS_PER_NODE");
   EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE")) << errorOf();
+}
+
+TEST_F(Bootstrap, DerivedSecretWarnsOnceAndAnExplicitSecretNever) {
+  set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RUN_ID", "r"}});
+  detail::resetDerivedSecretWarning();
+  ::testing::internal::CaptureStderr();
+  bootstrapFromEnvironment();
+  bootstrapFromEnvironment();
+  std::string log = ::testing::internal::GetCapturedStderr();
+  size_t first = log.find("RINGFOLD_SECRET is not set");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("RINGFOLD_SECRET is not set", first + 1), std::string::npos) << log;
+  EXPECT_TRUE(has(log, "TORCHELASTIC_RUN_ID")) << log;
+  detail::resetDerivedSecretWarning();
+  set({{"RINGFOLD_SECRET", "given"}});
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(bootstrapFromEnvironment().secret, "given");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(SlurmLists, FirstHostAndTasksPerNode) {

@@ -15,6 +15,7 @@
 #include "rendezvous/secret.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
+#include "rendezvous/tcp_store_request.h"
 #include "store_contract.h"
 
 namespace ringfold::rendezvous::testing {
@@ -387,6 +388,53 @@ TEST(TcpStore, ClientsInForkedProcesses) {
   s->setString("from-parent", "hello");
   EXPECT_EQ(waitChild(child, 10s), 0);
   EXPECT_EQ(s->add("n", 1), 2);
+}
+
+TEST(TcpStoreRequest, ParsesByteByByteAndRejectsLengthsOnTheirPrefix) {
+  std::vector<uint8_t> set = {wire::kSet};
+  wire::putField(set, "key", 3);
+  wire::putField(set, "value", 5);
+  Request req;
+  size_t used = 0;
+  std::string why;
+  for (size_t n = 0; n < set.size(); ++n) {
+    ASSERT_EQ(parseRequest(set.data(), n, 1024, req, used, why), Parse::kIncomplete) << n;
+  }
+  set.push_back(wire::kGet);  // the next request's first byte is not consumed
+  ASSERT_EQ(parseRequest(set.data(), set.size(), 1024, req, used, why), Parse::kDone);
+  EXPECT_EQ(used, set.size() - 1);
+  EXPECT_EQ(req.key, "key");
+  EXPECT_EQ(std::string(req.value.begin(), req.value.end()), "value");
+
+  // An oversized value is refused as soon as its 4-byte length is complete.
+  std::vector<uint8_t> big = {wire::kSet};
+  wire::putField(big, "k", 1);
+  wire::putU32(big, 1025);
+  EXPECT_EQ(parseRequest(big.data(), big.size() - 1, 1024, req, used, why), Parse::kIncomplete);
+  EXPECT_EQ(parseRequest(big.data(), big.size(), 1024, req, used, why), Parse::kBad);
+  EXPECT_TRUE(contains(why, "1025")) << why;
+
+  std::vector<uint8_t> key = {wire::kGet};
+  wire::putU32(key, wire::kMaxKeyBytes + 1);
+  EXPECT_EQ(parseRequest(key.data(), key.size(), 1u << 30, req, used, why), Parse::kBad);
+
+  std::vector<uint8_t> check = {wire::kCheck};
+  wire::putU32(check, wire::kMaxCheckKeys + 1);
+  EXPECT_EQ(parseRequest(check.data(), check.size(), 1u << 30, req, used, why), Parse::kBad);
+  check = {wire::kCheck};
+  wire::putU32(check, 3);
+  for (int i = 0; i < 3; ++i) wire::putField(check, "abcd", 4);
+  EXPECT_EQ(parseRequest(check.data(), check.size(), 8, req, used, why), Parse::kBad);  // 12 > 8
+  EXPECT_EQ(parseRequest(check.data(), check.size(), 12, req, used, why), Parse::kDone);
+  EXPECT_EQ(req.keys.size(), 3u);
+
+  std::vector<uint8_t> add = {wire::kAdd};
+  wire::putField(add, "n", 1);
+  wire::putU64(add, static_cast<uint64_t>(-5));
+  ASSERT_EQ(parseRequest(add.data(), add.size(), 16, req, used, why), Parse::kDone);
+  EXPECT_EQ(req.delta, -5);
+  uint8_t unknown = 0;
+  EXPECT_EQ(parseRequest(&unknown, 1, 16, req, used, why), Parse::kBad);
 }
 
 TEST(Secret, GeneratesDistinctHex) {
