@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "rendezvous/deadline.h"
 
 namespace ringfold::rendezvous {
 namespace {
@@ -124,7 +125,7 @@ void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 }
 
 std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadlineAfter(timeout);
   const std::string path = pathOf(key);
   auto sleep = std::chrono::microseconds(1000);
   std::vector<uint8_t> value;

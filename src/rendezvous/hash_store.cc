@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "rendezvous/deadline.h"
 
 namespace ringfold::rendezvous {
 
@@ -17,7 +18,7 @@ void HashStore::set(const std::string& key, const std::vector<uint8_t>& value) {
 
 std::vector<uint8_t> HashStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadlineAfter(timeout);
   auto it = data_.find(key);
   while (it == data_.end()) {
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "rendezvous/deadline.h"
 
 namespace ringfold::rendezvous {
 
@@ -18,7 +19,7 @@ std::string Store::getString(const std::string& key, std::chrono::milliseconds t
 void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   // Waiting on each key in turn with the remaining budget waits exactly as long as the slowest
   // key, and reuses each backend's own get-with-wait (no polling here).
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadlineAfter(timeout);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "rendezvous/deadline.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
 
@@ -190,8 +191,7 @@ struct TcpStore::Impl {
   }
 
   int connect(milliseconds timeout) {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout;
+    const auto deadline = deadlineAfter(timeout);
     auto backoff = milliseconds(10);
     std::string lastError = "timed out";
     for (;;) {
@@ -328,7 +328,7 @@ std::vector<uint8_t> TcpStore::get(const std::string& key, std::chrono::millisec
   wire::putField(req, key.data(), key.size());
   auto lease = impl_->borrow();
   const auto budget = impl_->opTimeout;
-  const auto waitDeadline = Clock::now() + timeout;
+  const auto waitDeadline = deadlineAfter(timeout);
   impl_->sendAll(lease.fd, req, Clock::now() + budget, budget);
   // The server answers when the key exists; the timeout is ours to enforce.
   if (waitFor(lease.fd, POLLIN, waitDeadline)) {

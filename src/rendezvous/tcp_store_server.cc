@@ -516,7 +516,11 @@ struct TcpStoreServer::Impl {
         uint64_t id = events[i].data.u64;
         if (id == kWakeId) continue;
         if (id == kListenId) {
-          acceptAll();
+          try {
+            acceptAll();
+          } catch (const std::exception& e) {  // e.g. out of memory: keep serving the others
+            RF_LOG(kWarning) << "rendezvous store: accept failed: " << e.what();
+          }
           continue;
         }
         try {

@@ -101,6 +101,14 @@ TEST_P(StoreContract, GetTimesOutNamingTheKey) {
   EXPECT_EQ(store_->getString("after", 1s), "ok");
 }
 
+TEST_P(StoreContract, ExtremeTimeouts) {
+  store_->setString("there", "1");
+  EXPECT_EQ(store_->getString("there", std::chrono::milliseconds::max()), "1");
+  EXPECT_EQ(store_->getString("there", 0ms), "1");
+  EXPECT_THROW(store_->get("absent", -5ms), TimeoutError);
+  EXPECT_THROW(store_->wait({"absent"}, 0ms), TimeoutError);
+}
+
 TEST_P(StoreContract, AddIsACounterReadableAsText) {
   EXPECT_EQ(store_->add("c", 5), 5);
   EXPECT_EQ(store_->add("c", -7), -2);
