@@ -75,6 +75,7 @@ struct PeerLink::SocketState {
   bool recvBusy = false;
   bool stalled = false;
   bool down = false;  // the peer closed or reset this socket
+  bool afterDirect = false;
   std::unique_ptr<std::byte[]> staging{new std::byte[kStagingBytes]};
   size_t begin = 0, end = 0;
   Inbound* direct = nullptr;
@@ -191,6 +192,7 @@ void PeerLink::submitBatch(SocketState& s) {
     io_uring_sqe_set_data64(sqe, packOp(OpKind::kSend, s.id, 0));
   }
   s.sendBusy = true;
+  engine_.markUrgent();
 }
 
 void PeerLink::finishBatch(SocketState& s, bool forget) {
@@ -320,6 +322,10 @@ void PeerLink::postStaging(SocketState& s) {
   io_uring_prep_recv(sqe, s.sock.fd(), s.staging.get() + s.end, kStagingBytes - s.end, 0);
   io_uring_sqe_set_data64(sqe, packOp(OpKind::kRecvStaging, s.id, 0));
   s.recvBusy = true;
+  // After whole small frames, re-arming can wait for the next submit (the caller's next isend
+  // or wait), which saves a syscall on the latency path. Mid-stream it goes out at once.
+  if (s.end > 0 || s.afterDirect) engine_.markUrgent();
+  s.afterDirect = false;
 }
 
 void PeerLink::postDirect(SocketState& s) {
@@ -332,6 +338,7 @@ void PeerLink::postDirect(SocketState& s) {
   io_uring_prep_recv(sqe, s.sock.fd(), s.direct->dest + s.directOffset, len, MSG_WAITALL);
   io_uring_sqe_set_data64(sqe, packOp(OpKind::kRecvDirect, s.id, 0));
   s.recvBusy = true;
+  engine_.markUrgent();
 }
 
 void PeerLink::onRecv(SocketState& s, bool direct, int res) {
@@ -355,6 +362,7 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
       return;
     }
     s.direct = nullptr;
+    s.afterDirect = true;
     finishIfComplete(m);
     parse(s);  // staging is empty: this posts the next staging recv
   }

@@ -1,5 +1,7 @@
 #include "transport/tcp_uring/device.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -92,8 +94,9 @@ void Engine::dispatch(uint64_t userData, int res, uint32_t flags) {
 
 unsigned Engine::progress() {
   if (ring_->queued() > 0) ring_->submit();
+  urgent_ = false;
   unsigned n = ring_->drain([this](const io_uring_cqe& c) { dispatch(c.user_data, c.res, c.flags); });
-  if (ring_->queued() > 0) ring_->submit();
+  if (urgent_ && ring_->queued() > 0) ring_->submit();
   return n;
 }
 
@@ -112,6 +115,9 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
         got = true;
         break;
       }
+      // On a machine with more runnable threads than cores (the peer may be the one waiting
+      // for this core) spinning without yielding only delays the message being waited for.
+      sched_yield();
       now = Clock::now();
     }
     if (got) continue;

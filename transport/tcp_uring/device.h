@@ -66,8 +66,12 @@ class Engine {
   ObjectPool<OutFrame>& frames() { return frames_; }
   ObjectPool<Inbound>& inbounds() { return inbounds_; }
 
-  // Handles every ready completion and submits queued ops; never blocks. Returns how many.
+  // Submits queued ops, handles every ready completion, and submits again what the handlers
+  // queued if any of it is urgent (see markUrgent); never blocks. Returns how many completions.
   unsigned progress();
+  // The ops queued now must reach the kernel before progress() returns (sends, receives of a
+  // stream in the middle of a message). Others wait for the next submit.
+  void markUrgent() { urgent_ = true; }
   // Drives progress until `request` completes; throws IoError naming its peer after `timeout`.
   void wait(RequestState& request, std::chrono::milliseconds timeout);
 
@@ -114,6 +118,7 @@ class Engine {
   bool settled_ = false;
   bool aborted_ = false;
   bool closed_ = false;
+  bool urgent_ = false;
 };
 
 }  // namespace ringfold::transport::tcp_uring

@@ -108,7 +108,7 @@ io_uring_sqe* RingLoop::sqe() {
 }
 
 int RingLoop::submit() {
-  if (io_uring_sq_ready(&ring_) == 0) return 0;
+  if (queued() == 0) return 0;
   int ret;
   do {
     ret = io_uring_submit(&ring_);

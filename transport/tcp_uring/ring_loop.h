@@ -73,7 +73,8 @@ class RingLoop {
   io_uring_sqe* sqe();
   // Submits queued SQEs, if any. Returns the count or -errno.
   int submit();
-  unsigned queued() { return io_uring_sq_ready(&ring_); }
+  // SQEs prepared but not yet handed to the kernel (io_uring_sq_ready counts only flushed ones).
+  unsigned queued() const { return ring_.sq.sqe_tail - ring_.sq.sqe_head; }
 
   // Hands every completion that is ready to onCqe(const io_uring_cqe&) without blocking;
   // returns how many. onCqe may queue SQEs.

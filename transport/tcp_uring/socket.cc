@@ -396,21 +396,21 @@ class Mesh {
     if (!readSome(p, sizeof(Hello))) return;
     Hello h;
     std::memcpy(&h, p.buf, sizeof(h));
+    if (h.magic == kHelloMagic && h.socketsPerPeer != o_.socketsPerPeer) {
+      RF_THROW(InvalidArgument, params::kSocketsPerPeer.name, " differs between ranks: rank ", h.rank, " uses ",
+               h.socketsPerPeer, ", rank ", o_.rank, " uses ", o_.socketsPerPeer);
+    }
+    if (h.magic == kHelloMagic && h.size != o_.size) {
+      RF_THROW(InvalidArgument, "rank ", h.rank, " was started with ", h.size, " ranks, rank ", o_.rank, " with ",
+               o_.size);
+    }
     if (h.magic != kHelloMagic || h.rank < 0 || h.rank >= o_.rank || h.socketIndex < 0 ||
         h.socketIndex >= o_.socketsPerPeer) {
-      if (h.magic == kHelloMagic && h.size == o_.size && h.socketsPerPeer != o_.socketsPerPeer) {
-        RF_THROW(InvalidArgument, params::kSocketsPerPeer.name, " differs between ranks: rank ", h.rank, " uses ",
-                 h.socketsPerPeer, ", rank ", o_.rank, " uses ", o_.socketsPerPeer);
-      }
       RF_LOG(kWarning) << "dropping a connection with an unexpected hello (magic " << h.magic << ", rank " << h.rank
                        << ")";
       p.sock.reset();
       p.peer = -1;
       return;
-    }
-    if (h.size != o_.size || h.socketsPerPeer != o_.socketsPerPeer) {
-      RF_THROW(InvalidArgument, "rank ", h.rank, " was started with size ", h.size, " and ", h.socketsPerPeer,
-               " sockets per peer, rank ", o_.rank, " with size ", o_.size, " and ", o_.socketsPerPeer);
     }
     if (result_[h.rank][h.socketIndex].valid()) {
       RF_LOG(kWarning) << "dropping a second connection from rank " << h.rank << " socket " << h.socketIndex;

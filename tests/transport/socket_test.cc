@@ -1,0 +1,67 @@
+// Interface selection of the tcp_uring backend, on made-up interface lists (no network used).
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "transport/tcp_uring/socket.h"
+
+namespace ringfold::transport::tcp_uring {
+namespace {
+
+constexpr uint32_t ip(unsigned a, unsigned b, unsigned c, unsigned d) { return (a << 24) | (b << 16) | (c << 8) | d; }
+
+std::vector<Interface> host() {
+  return {
+      {"lo", ip(127, 0, 0, 1), ip(255, 0, 0, 0), true, true},
+      {"docker0", ip(172, 17, 0, 1), ip(255, 255, 0, 0), true, false},
+      {"eth0", ip(10, 1, 2, 3), ip(255, 255, 255, 0), true, false},
+      {"eth1", ip(192, 168, 7, 9), ip(255, 255, 255, 0), false, false},
+      {"eth10", ip(10, 9, 9, 9), ip(255, 255, 0, 0), true, false},
+      {"ib0", ip(10, 50, 0, 4), ip(255, 255, 0, 0), true, false},
+  };
+}
+
+TEST(IfnameSpec, PrefixExactAndExclude) {
+  EXPECT_TRUE(ifnameSelected("eth", "eth0"));
+  EXPECT_TRUE(ifnameSelected("eth", "eth10"));
+  EXPECT_FALSE(ifnameSelected("eth", "ib0"));
+  EXPECT_TRUE(ifnameSelected("=eth1", "eth1"));
+  EXPECT_FALSE(ifnameSelected("=eth1", "eth10"));
+  EXPECT_TRUE(ifnameSelected("ib,eth0", "ib0"));
+  EXPECT_TRUE(ifnameSelected("ib,eth0", "eth0"));
+  EXPECT_FALSE(ifnameSelected("ib,eth0", "docker0"));
+  EXPECT_FALSE(ifnameSelected("^docker,lo", "docker0"));
+  EXPECT_FALSE(ifnameSelected("^docker,lo", "lo"));
+  EXPECT_TRUE(ifnameSelected("^docker,lo", "eth0"));
+  EXPECT_TRUE(ifnameSelected("^=eth", "eth0"));
+  EXPECT_FALSE(ifnameSelected("^=eth0", "eth0"));
+}
+
+TEST(ChooseListenAddress, SpecPicksTheFirstMatchThatIsUp) {
+  EXPECT_EQ(chooseListenAddress("eth", 0, host()), "10.1.2.3");
+  EXPECT_EQ(chooseListenAddress("=eth10", 0, host()), "10.9.9.9");
+  EXPECT_EQ(chooseListenAddress("ib", 0, host()), "10.50.0.4");
+  EXPECT_EQ(chooseListenAddress("^lo,docker,eth", 0, host()), "10.50.0.4");
+  EXPECT_EQ(chooseListenAddress("lo", ip(10, 1, 2, 200), host()), "127.0.0.1");  // the spec wins
+  EXPECT_THROW(chooseListenAddress("=eth1", 0, host()), InvalidArgument);     // down
+  EXPECT_THROW(chooseListenAddress("wlan", 0, host()), InvalidArgument);
+}
+
+TEST(ChooseListenAddress, DefaultFollowsTheStoreAddress) {
+  EXPECT_EQ(chooseListenAddress("", 0, host()), "127.0.0.1");                    // no store address
+  EXPECT_EQ(chooseListenAddress("", ip(127, 0, 0, 1), host()), "127.0.0.1");     // store on loopback
+  EXPECT_EQ(chooseListenAddress("", ip(10, 1, 2, 200), host()), "10.1.2.3");     // eth0's subnet
+  EXPECT_EQ(chooseListenAddress("", ip(10, 9, 200, 1), host()), "10.9.9.9");     // eth10's subnet
+  EXPECT_EQ(chooseListenAddress("", ip(10, 50, 3, 3), host()), "10.50.0.4");     // ib0's subnet
+  EXPECT_EQ(chooseListenAddress("", ip(8, 8, 8, 8), host()), "172.17.0.1");      // first non-loopback up
+  std::vector<Interface> onlyLo = {host()[0]};
+  EXPECT_EQ(chooseListenAddress("", ip(8, 8, 8, 8), onlyLo), "127.0.0.1");
+}
+
+TEST(ListInterfaces, HasLoopback) {
+  bool lo = false;
+  for (const Interface& i : listInterfaces()) lo = lo || (i.loopback && i.address == ip(127, 0, 0, 1));
+  EXPECT_TRUE(lo);
+}
+
+}  // namespace
+}  // namespace ringfold::transport::tcp_uring

@@ -1,0 +1,347 @@
+// tcp_uring failure paths with ranks as threads: check mismatches, abort propagation, timeouts,
+// closed peers, abandoned requests, connect timeouts, and that a waiting rank sleeps.
+#include <sys/resource.h>
+
+#include <atomic>
+
+#include "common/params.h"
+#include "tcp_test_util.h"
+#include "transport/memory_region.h"
+
+namespace ringfold::test {
+namespace {
+
+using transport::CheckMismatch;
+using transport::ErrorKind;
+using transport::PlainMemoryRegion;
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  PlainMemoryRegion region;
+  explicit Buffer(size_t n) : bytes(n), region(bytes.data(), n) {}
+};
+
+// A flag one rank raises and another waits for (bounded).
+struct Flag {
+  std::atomic<bool> up{false};
+  void raise() { up = true; }
+  bool waitUp(std::chrono::milliseconds t = 10s) {
+    auto until = std::chrono::steady_clock::now() + t;
+    while (!up && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    return up;
+  }
+};
+
+double threadCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Runs the mismatch scenario: rank 0 sends (100 bytes, check 7); rank 1 receives (len, check),
+// posted before the message arrives or after it was buffered.
+void expectMismatch(size_t len, uint64_t check, bool postFirst) {
+  EnvGuard env;
+  Flag posted, arrived, done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(200);
+    if (me.rank == 0) {
+      if (postFirst) posted.waitUp();
+      me.to(1).isend(b.region, 0, 100, 3, 7)->wait(10s);
+      me.to(1).isend(b.region, 0, 1, 4, 0)->wait(10s);  // marks that tag 3 went before it
+      done.waitUp();
+      return;
+    }
+    std::unique_ptr<transport::Request> r;
+    if (postFirst) {
+      r = me.to(0).irecv(b.region, 0, len, 3, check);
+      posted.raise();
+    } else {
+      me.to(0).irecv(b.region, 100, 1, 4, 0)->wait(10s);  // tag 3 is buffered by now
+    }
+    try {
+      if (!r) r = me.to(0).irecv(b.region, 0, len, 3, check);
+      r->wait(10s);
+      ADD_FAILURE() << "expected CheckMismatch";
+    } catch (const CheckMismatch& e) {
+      EXPECT_EQ(e.peerRank, 0);
+      EXPECT_EQ(e.tag, 3u);
+      EXPECT_EQ(e.expectedLength, len);
+      EXPECT_EQ(e.actualLength, 100u);
+      EXPECT_EQ(e.expectedCheck, check);
+      EXPECT_EQ(e.actualCheck, 7u);
+    }
+    // The device is poisoned: later requests fail with the same error.
+    EXPECT_THROW(me.to(0).irecv(b.region, 0, 1, 99), CheckMismatch);
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+TEST(TcpUringFailure, LengthMismatchPostedFirst) { expectMismatch(150, 7, true); }
+TEST(TcpUringFailure, LengthMismatchBuffered) { expectMismatch(150, 7, false); }
+TEST(TcpUringFailure, CheckMismatchPostedFirst) { expectMismatch(100, 8, true); }
+TEST(TcpUringFailure, CheckMismatchBuffered) { expectMismatch(100, 8, false); }
+
+// Rank 0 aborts while the others wait on each other: every rank fails with rank 0's message.
+TEST(TcpUringFailure, AbortReachesEveryPeerWithTheSameMessage) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  const std::string text = "allreduce: rank 0 was given 12 elements, rank 1 was given 13";
+  Flag ready1, ready2;
+  auto errors = runRanks(3, [&](Rank& me) {
+    Buffer b(1 << 20);
+    if (me.rank == 0) {
+      ready1.waitUp();
+      ready2.waitUp();
+      me.device.abort(ErrorKind::kMismatch, text);
+      EXPECT_TRUE(me.device.aborted());
+      EXPECT_THROW(me.to(1).isend(b.region, 0, 10, 1), MismatchError);
+      me.device.abort(ErrorKind::kIo, "a second abort is ignored");
+      try {
+        me.to(2).irecv(b.region, 0, 10, 1);
+        ADD_FAILURE() << "expected MismatchError";
+      } catch (const MismatchError& e) {
+        EXPECT_EQ(std::string(e.what()), text);
+      }
+      return;
+    }
+    int other = 3 - me.rank;  // 1 <-> 2: never sent
+    auto r = me.to(other).irecv(b.region, 0, 1 << 20, 5);
+    (me.rank == 1 ? ready1 : ready2).raise();
+    try {
+      r->wait(20s);
+      ADD_FAILURE() << "expected MismatchError";
+    } catch (const MismatchError& e) {
+      EXPECT_EQ(std::string(e.what()), text);
+    }
+    EXPECT_TRUE(me.device.aborted());
+    me.device.abort(ErrorKind::kIo, "ignored: the first abort wins");
+  });
+  expectAllOk(errors);
+}
+
+TEST(TcpUringFailure, AbortOfKindIoNamesTheAbortingRank) {
+  EnvGuard env;
+  Flag ready;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 1) {
+      ready.waitUp();
+      me.device.abort(ErrorKind::kIo, "rank 1 gives up");
+      return;
+    }
+    auto r = me.to(1).irecv(b.region, 0, 64, 1);
+    ready.raise();
+    try {
+      r->wait(20s);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.peerRank(), 1);
+      EXPECT_EQ(std::string(e.what()), "rank 1 gives up");
+    }
+  });
+  expectAllOk(errors);
+}
+
+// A wait that passes its timeout names the silent peer; the device is poisoned afterwards.
+TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
+  EnvGuard env;
+  Flag done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 0) {
+      done.waitUp(20s);
+      return;
+    }
+    auto other = me.to(0).irecv(b.region, 0, 8, 2);
+    auto start = std::chrono::steady_clock::now();
+    try {
+      me.to(0).irecv(b.region, 8, 8, 1)->wait(300ms);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.peerRank(), 0);
+      std::string what = e.what();
+      EXPECT_NE(what.find("timed out"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    EXPECT_THROW(other->test(), IoError);
+    EXPECT_THROW(me.to(0).isend(b.region, 0, 1, 3), IoError);
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+// Not a timing test: only that a waiting rank blocks in the kernel instead of spinning.
+TEST(TcpUringFailure, WaitingRankSleeps) {
+  EnvGuard env;
+  Flag done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 0) {
+      done.waitUp(20s);
+      return;
+    }
+    double cpu0 = threadCpuSeconds();
+    auto wall0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(me.to(0).irecv(b.region, 0, 8, 1)->wait(1s), IoError);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    double cpu = threadCpuSeconds() - cpu0;
+    EXPECT_GE(wall, 0.9);
+    EXPECT_LT(cpu, 0.3 * wall) << "the waiting thread used " << cpu << " s of CPU in " << wall << " s";
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+// A peer whose device goes away (closing its sockets) fails requests that still need it, and
+// only those: requests satisfied by what it sent before closing still complete.
+TEST(TcpUringFailure, ClosedPeerFailsPendingRequestsNamingIt) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(4096);
+    if (me.rank == 0) {
+      me.to(1).isend(b.region, 0, 4096, 1)->wait(10s);
+      return;  // the device is destroyed: its sockets close
+    }
+    auto pending = me.to(0).irecv(b.region, 0, 16, 2);
+    try {
+      pending->wait(10s);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      EXPECT_EQ(e.peerRank(), 0);
+      EXPECT_NE(std::string(e.what()).find("connection to rank 0 closed"), std::string::npos) << e.what();
+    }
+  });
+  expectAllOk(errors);
+}
+
+TEST(TcpUringFailure, PeerThatFinishedIsNoFailure) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "3"}};
+  Flag closed;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(3 << 20);
+    if (me.rank == 0) {
+      me.to(1).isend(b.region, 0, 3 << 20, 1)->wait(10s);
+      me.to(1).isend(b.region, 0, 10, 2)->wait(10s);
+      return;
+    }
+    me.to(0).irecv(b.region, 0, 3 << 20, 1)->wait(10s);
+    std::this_thread::sleep_for(100ms);  // rank 0 has closed by now
+    auto r = me.to(0).irecv(b.region, 0, 10, 2);  // buffered before the close
+    EXPECT_TRUE(r->test());
+    // Nothing left to match this one: it fails (at once, or when the closes are seen).
+    EXPECT_THROW(me.to(0).irecv(b.region, 0, 10, 3)->wait(5s), IoError);
+  });
+  expectAllOk(errors);
+}
+
+TEST(TcpUringFailure, DestroyingAPendingRequestPoisonsTheDevice) {
+  EnvGuard env;
+  Flag done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 0) {
+      done.waitUp(20s);
+      return;
+    }
+    { auto r = me.to(0).irecv(b.region, 0, 8, 1); }
+    try {
+      me.to(0).irecv(b.region, 0, 8, 2);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("destroyed before it completed"), std::string::npos) << e.what();
+    }
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+TEST(TcpUringFailure, ConnectionsOutliveTheirDevice) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  std::unique_ptr<transport::Connection> survivor;
+  std::vector<std::unique_ptr<transport::Connection>> keep;
+  std::thread t([&] {
+    auto d = transport::createDevice("tcp_uring");
+    keep = d->connectAll(store, "s", 1, 2, 10s);
+  });
+  {
+    auto d = transport::createDevice("tcp_uring");
+    auto peers = d->connectAll(store, "s", 0, 2, 10s);
+    survivor = std::move(peers[1]);
+  }
+  t.join();
+  Buffer b(8);
+  EXPECT_EQ(survivor->peerRank(), 1);
+  EXPECT_THROW(survivor->isend(b.region, 0, 8, 1), Error);
+}
+
+TEST(TcpUringFailure, ConnectTimesOutNamingTheMissingRank) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  auto device = transport::createDevice("tcp_uring");
+  try {
+    device->connectAll(store, "c", 0, 3, 300ms);  // ranks 1 and 2 never come
+    ADD_FAILURE() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.peerRank(), 1);
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+  }
+  auto device2 = transport::createDevice("tcp_uring");
+  try {
+    device2->connectAll(store, "d", 1, 2, 300ms);  // rank 0 never connects to rank 1
+    ADD_FAILURE() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.peerRank(), 0);
+    EXPECT_NE(std::string(e.what()).find("rank 0 never connected"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpUringFailure, SocketsPerPeerMustAgree) {
+  rendezvous::HashStore store;
+  std::exception_ptr err0, err1;
+  std::unique_ptr<transport::Device> d0, d1;
+  {
+    EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+    d0 = transport::createDevice("tcp_uring");
+  }
+  {
+    EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "3"}};
+    d1 = transport::createDevice("tcp_uring");
+  }
+  std::thread t([&] {
+    try {
+      d0->connectAll(store, "m", 0, 2, 2s);
+    } catch (...) {
+      err0 = std::current_exception();
+    }
+  });
+  try {
+    d1->connectAll(store, "m", 1, 2, 2s);
+  } catch (...) {
+    err1 = std::current_exception();
+  }
+  t.join();
+  ASSERT_TRUE(err1);
+  EXPECT_NE(describe(err1).find("RINGFOLD_SOCKETS_PER_PEER"), std::string::npos) << describe(err1);
+  EXPECT_TRUE(err0);  // rank 0 is never acknowledged
+}
+
+TEST(TcpUringFailure, BadSettingsNameTheVariable) {
+  {
+    EnvGuard env{{"RINGFOLD_ZEROCOPY", "sometimes"}};
+    EXPECT_THROW(transport::createDevice("tcp_uring"), InvalidArgument);
+  }
+  {
+    EnvGuard env{{"RINGFOLD_URING_SETUP", "turbo"}};
+    EXPECT_THROW(transport::createDevice("tcp_uring"), InvalidArgument);
+  }
+  {
+    EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "0"}};
+    EXPECT_THROW(transport::createDevice("tcp_uring"), InvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace ringfold::test

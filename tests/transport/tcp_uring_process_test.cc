@@ -1,0 +1,220 @@
+// tcp_uring with ranks as forked processes rendezvousing through a FileStore: a mesh that
+// exchanges data, a peer killed with SIGKILL mid-transfer, and a peer frozen with SIGSTOP.
+// Each child reports one line through a pipe, then (in the failure tests) lingers with its
+// sockets open so that the parent, not a closing socket, decides when it ends.
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <filesystem>
+#include <sstream>
+
+#include "rendezvous/file_store.h"
+#include "tcp_test_util.h"
+#include "transport/memory_region.h"
+
+namespace ringfold::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using transport::PlainMemoryRegion;
+using transport::Request;
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;  // read end of its report pipe
+  std::string report;
+  bool reported = false;
+  Clock::time_point reportedAt;
+};
+
+class Job {
+ public:
+  explicit Job(int size) : size_(size) {
+    char tmpl[] = "/tmp/rf_tcp_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  ~Job() {
+    for (Child& c : children_) {
+      if (c.pid > 0) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, nullptr, 0);
+      }
+      if (c.fd >= 0) close(c.fd);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // body(rank, device, peers, say) runs in a forked child; say(line) reports to the parent.
+  // The child lingers `linger` after body returns, then exits.
+  using Body = std::function<void(int, transport::Device&, std::vector<std::unique_ptr<transport::Connection>>&,
+                                  const std::function<void(const std::string&)>&)>;
+  void start(const Body& body, std::chrono::milliseconds linger) {
+    for (int r = 0; r < size_; ++r) {
+      int fds[2];
+      ASSERT_EQ(pipe(fds), 0);
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(fds[0]);
+        int out = fds[1];
+        auto say = [out](const std::string& line) {
+          std::string l = line + "\n";
+          (void)!write(out, l.data(), l.size());
+        };
+        try {
+          rendezvous::FileStore store(dir_);
+          auto device = transport::createDevice("tcp_uring");
+          auto peers = device->connectAll(store, "p", r, size_, 20s);
+          body(r, *device, peers, say);
+          std::this_thread::sleep_for(linger);
+        } catch (const IoError& e) {
+          say("IoError " + std::to_string(e.peerRank()) + " " + e.what());
+          std::this_thread::sleep_for(linger);
+        } catch (const std::exception& e) {
+          say(std::string("Error ") + e.what());
+          std::this_thread::sleep_for(linger);
+        }
+        _exit(0);
+      }
+      close(fds[1]);
+      Child c;
+      c.pid = pid;
+      c.fd = fds[0];
+      children_.push_back(c);
+    }
+  }
+
+  // Reads one report line from each rank in `ranks`, until `timeout`.
+  void collect(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<int> who;
+      for (int r : ranks) {
+        if (!children_[r].reported) {
+          fds.push_back({children_[r].fd, POLLIN, 0});
+          who.push_back(r);
+        }
+      }
+      if (fds.empty() || Clock::now() >= deadline) return;
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (poll(fds.data(), fds.size(), std::max(left, 1)) <= 0) continue;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!fds[i].revents) continue;
+        Child& c = children_[who[i]];
+        char buf[4096];
+        ssize_t n = read(c.fd, buf, sizeof(buf));
+        if (n > 0) c.report.append(buf, n);
+        if (n <= 0 || c.report.find('\n') != std::string::npos) {
+          c.reported = true;
+          c.reportedAt = Clock::now();
+          if (auto nl = c.report.find('\n'); nl != std::string::npos) c.report.resize(nl);
+        }
+      }
+    }
+  }
+
+  Child& child(int r) { return children_[r]; }
+
+ private:
+  int size_;
+  std::string dir_;
+  std::vector<Child> children_;
+};
+
+TEST(TcpUringProcesses, MeshOfFourExchangesData) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  const int n = 4;
+  Job job(n);
+  job.start(
+      [&](int rank, transport::Device&, auto& peers, auto& say) {
+        const size_t sizes[] = {0, 1, 4097, (1u << 20) + 3};
+        std::vector<std::vector<uint8_t>> out, in;
+        std::vector<std::unique_ptr<PlainMemoryRegion>> regions;
+        std::vector<std::unique_ptr<Request>> reqs;
+        out.reserve(64);
+        in.reserve(64);
+        for (int p = 0; p < n; ++p) {
+          if (p == rank) continue;
+          for (size_t i = 0; i < 4; ++i) {
+            out.push_back(patterned(rank * 100 + p * 10 + i, sizes[i]));
+            in.emplace_back(sizes[i]);
+            regions.push_back(std::make_unique<PlainMemoryRegion>(out.back().data(), sizes[i]));
+            reqs.push_back(peers[p]->isend(*regions.back(), 0, sizes[i], i));
+            regions.push_back(std::make_unique<PlainMemoryRegion>(in.back().data(), sizes[i]));
+            reqs.push_back(peers[p]->irecv(*regions.back(), 0, sizes[i], i));
+          }
+        }
+        for (auto& r : reqs) r->wait(20s);
+        size_t k = 0;
+        for (int p = 0; p < n; ++p) {
+          if (p == rank) continue;
+          for (size_t i = 0; i < 4; ++i, ++k) {
+            if (firstWrong(in[k], p * 100 + rank * 10 + i, sizes[i]) != -1) {
+              return say("wrong data from rank " + std::to_string(p) + " size " + std::to_string(sizes[i]));
+            }
+          }
+        }
+        say("ok");
+      },
+      0ms);
+  job.collect({0, 1, 2, 3}, 60s);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(job.child(r).report, "ok") << "rank " << r;
+}
+
+// Ranks 0 and 1 exchange 4 MiB both ways with rank 2 in a loop (rank 2 is their only peer, so
+// it is the one to blame); the parent then kills or freezes rank 2.
+void victimScenario(bool freeze) {
+  EnvGuard env{{"RINGFOLD_TIMEOUT", "3"}, {"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  Job job(3);
+  job.start(
+      [](int rank, transport::Device&, auto& peers, auto& say) {
+        const size_t n = 4u << 20;
+        std::vector<uint8_t> out(n, static_cast<uint8_t>(rank)), in(n);
+        PlainMemoryRegion ro(out.data(), n), ri(in.data(), n);
+        auto until = Clock::now() + 30s;
+        for (int iter = 0; Clock::now() < until; ++iter) {
+          std::vector<std::unique_ptr<Request>> reqs;
+          for (int p = 0; p < 3; ++p) {
+            if (p == rank || (rank != 2 && p != 2)) continue;
+            reqs.push_back(peers[p]->irecv(ri, 0, n, iter));
+            reqs.push_back(peers[p]->isend(ro, 0, n, iter));
+          }
+          for (auto& r : reqs) r->wait(3s);
+          if (rank == 2 && iter == 3) say("running");
+        }
+        say("finished without noticing");
+      },
+      30s);
+  job.collect({2}, 30s);
+  ASSERT_EQ(job.child(2).report, "running");
+  std::this_thread::sleep_for(100ms);  // mid-transfer
+  auto hit = Clock::now();
+  kill(job.child(2).pid, freeze ? SIGSTOP : SIGKILL);
+  job.collect({0, 1}, 15s);
+  for (int r = 0; r < 2; ++r) {
+    const Child& c = job.child(r);
+    ASSERT_TRUE(c.reported) << "rank " << r << " did not notice within 15 s";
+    EXPECT_EQ(c.report.rfind("IoError 2 ", 0), 0u) << "rank " << r << ": " << c.report;
+    EXPECT_NE(c.report.find("rank 2"), std::string::npos) << c.report;
+    if (freeze) {
+      EXPECT_NE(c.report.find("timed out"), std::string::npos) << c.report;
+    }
+    std::cout << "rank " << r << " after " << (freeze ? "SIGSTOP" : "SIGKILL") << ": " << c.report << "\n";
+    double after = std::chrono::duration<double>(c.reportedAt - hit).count();
+    EXPECT_LT(after, 3.0 + 3.0) << "rank " << r << " took " << after << " s (RINGFOLD_TIMEOUT=3)";
+  }
+  if (freeze) kill(job.child(2).pid, SIGKILL);  // reaped by ~Job
+}
+
+TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false); }
+TEST(TcpUringProcesses, FrozenPeerIsNamedWithinTheTimeout) { victimScenario(true); }
+
+}  // namespace
+}  // namespace ringfold::test
