@@ -1,7 +1,7 @@
 // tcp_uring_bench: loopback throughput and latency of the tcp_uring transport between two
 // forked processes (a measuring tool, not a test; bench/ holds the user-facing benchmarks).
 //
-//   tcp_uring_bench bw SIZE [REPS]        one-way throughput, 4 messages in flight, median of REPS
+//   tcp_uring_bench bw SIZE [REPS]        one-way throughput, a window of 4 messages in flight, median of REPS
 //   tcp_uring_bench lat SIZE [ITERS]      ping-pong, one-way latency = round trip / 2, median
 //   tcp_uring_bench exchange SIZE [ITERS] both ranks send and receive SIZE at once, then sum
 //                                         floats (a 2-rank "direct" allreduce), median per call
@@ -54,14 +54,20 @@ int runRank(int rank, const std::string& dir, const std::string& mode, size_t si
     msgs = std::max(window, msgs - msgs % window);
     for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms up
       auto start = Clock::now();
-      for (int m = 0; m < msgs; m += window) {
-        std::vector<std::unique_ptr<transport::Request>> reqs;
-        for (int w = 0; w < window; ++w) {
-          reqs.push_back(rank == 0 ? peer.isend(*regions[w], 0, size, tag + w) : peer.irecv(*regions[w], 0, size, tag + w));
+      // A sliding window: message m + window is posted as soon as message m completes, as a
+      // pipelined collective would.
+      std::vector<std::unique_ptr<transport::Request>> inflight(window);
+      for (int m = 0; m < msgs + window; ++m) {
+        int slot = m % window;
+        if (inflight[slot]) inflight[slot]->wait(t);
+        if (m < msgs) {
+          inflight[slot] = rank == 0 ? peer.isend(*regions[slot], 0, size, tag + m)
+                                     : peer.irecv(*regions[slot], 0, size, tag + m);
+        } else {
+          inflight[slot].reset();
         }
-        for (auto& r : reqs) r->wait(t);
-        tag += window;
       }
+      tag += msgs;
       if (rank == 1) {
         peer.isend(ackRegion, 0, 1, ++tag)->wait(t);
       } else {

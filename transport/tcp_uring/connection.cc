@@ -79,6 +79,7 @@ struct PeerLink::SocketState {
   std::unique_ptr<std::byte[]> staging{new std::byte[kStagingBytes]};
   size_t begin = 0, end = 0;
   Inbound* direct = nullptr;
+  std::byte* directBase = nullptr;  // the destination the posted direct recv writes into
   size_t directOffset = 0, directLeft = 0;
 };
 
@@ -335,7 +336,8 @@ void PeerLink::postDirect(SocketState& s) {
     return;
   }
   size_t len = std::min(s.directLeft, kMaxDirectRecv);
-  io_uring_prep_recv(sqe, s.sock.fd(), s.direct->dest + s.directOffset, len, MSG_WAITALL);
+  s.directBase = s.direct->dest;
+  io_uring_prep_recv(sqe, s.sock.fd(), s.directBase + s.directOffset, len, MSG_WAITALL);
   io_uring_sqe_set_data64(sqe, packOp(OpKind::kRecvDirect, s.id, 0));
   s.recvBusy = true;
   engine_.markUrgent();
@@ -354,7 +356,7 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
     parse(s);
   } else {
     Inbound* m = s.direct;
-    m->received += static_cast<size_t>(res);
+    landed(m, s.directBase, s.directOffset, static_cast<size_t>(res));
     s.directOffset += static_cast<size_t>(res);
     s.directLeft -= static_cast<size_t>(res);
     if (s.directLeft > 0) {
@@ -437,8 +439,10 @@ void PeerLink::parse(SocketState& s) {
       return;
     }
     size_t take = std::min<size_t>(h.length, avail - kHeader);
-    if (take > 0) std::memcpy(m->dest + h.offset, s.staging.get() + s.begin + kHeader, take);
-    m->received += take;
+    if (take > 0) {
+      std::memcpy(m->dest + h.offset, s.staging.get() + s.begin + kHeader, take);
+      landed(m, m->dest, h.offset, take);
+    }
     s.begin += kHeader + take;
     if (take < h.length) {  // the rest goes straight to its destination
       s.begin = s.end = 0;
@@ -505,15 +509,29 @@ Inbound* PeerLink::resolve(const FrameHeader& h) {
   return m;
 }
 
+// `len` bytes at `offset` were written at base + offset. Bytes that went into the unexpected
+// buffer after a receive took the message over are moved on; those that went there before are
+// remembered for the takeover.
+void PeerLink::landed(Inbound* m, std::byte* base, size_t offset, size_t len) {
+  m->received += len;
+  if (base == m->dest) {
+    if (m->request != nullptr || base == nullptr) return;
+    if (!m->spans.empty() && m->spans.back().first + m->spans.back().second == offset) {
+      m->spans.back().second += len;
+    } else {
+      m->spans.emplace_back(offset, len);
+    }
+  } else {
+    std::memcpy(m->dest + offset, base + offset, len);
+  }
+}
+
 void PeerLink::finishIfComplete(Inbound* m) {
   if (m->received != m->total) return;
   active_.erase(std::find(active_.begin(), active_.end(), m));
   RequestState* r = m->request;
   if (r == nullptr) return;  // unexpected: waits in unexpected_ for its receive
-  if (m->buffer.data != nullptr) {
-    std::memcpy(r->data, m->buffer.data, m->total);
-    engine_.buffers().put(m->buffer);
-  }
+  engine_.buffers().put(m->buffer);
   r->done = true;
   engine_.inbounds().put(m);
 }
@@ -538,8 +556,13 @@ void PeerLink::postRecv(RequestState& r) {
     engine_.buffers().put(m->buffer);
     engine_.inbounds().put(m);
     r.done = true;
+    return;
   }
-  // else: finishIfComplete() copies it out when its last byte arrives
+  // Still arriving: take it over. The buffer stays until the message completes, since a recv
+  // already in flight may still write there (landed() moves those bytes on).
+  for (auto [offset, len] : m->spans) std::memcpy(r.data + offset, m->buffer.data + offset, len);
+  m->spans.clear();
+  m->dest = r.data;
 }
 
 // ---- dispatch and failure -----------------------------------------------------------------
@@ -587,7 +610,7 @@ void PeerLink::forgetRequests() {
   posted_.clear();
   for (Inbound* m : active_) {
     m->request = nullptr;
-    if (m->buffer.data == nullptr) m->dest = nullptr;  // pointed into a caller's region
+    m->dest = m->buffer.data;  // never a caller's region again
   }
   for (Inbound* m : unexpected_) m->request = nullptr;
   while (!sendQueue_.empty()) {

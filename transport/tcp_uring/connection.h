@@ -88,6 +88,7 @@ class PeerLink {
   Inbound* resolve(const FrameHeader& h);
   Inbound* findActive(uint64_t msgId);
   void finishIfComplete(Inbound* m);
+  void landed(Inbound* m, std::byte* base, size_t offset, size_t len);
   void resumeStalled();
   void protocolError(const SocketState& s, const std::string& what);
   void onSocketDown(SocketState& s, int res);

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -131,12 +132,17 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   if (r.done) return;
   if (poisoned()) throwPoison();
   int peer = r.peer->rank();
-  double waited = std::chrono::duration<double>(Clock::now() - start).count();
-  double silent = std::chrono::duration<double>(Clock::now() - r.peer->lastHeard()).count();
+  auto seconds = [](Clock::duration d) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
+    return std::string(buf);
+  };
+  std::string waited = seconds(Clock::now() - start);
+  std::string silent = seconds(Clock::now() - r.peer->lastHeard());
   std::string what = detail::concat(
       "timed out after ", waited, " s ", r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag,
       ") ", r.isSend ? "to" : "from", " rank ", peer, ": rank ", peer, " sent nothing for ", silent, " s (",
-      params::kTimeout.name, "=", tuning_.timeout.count() / 1000.0, " s)");
+      params::kTimeout.name, " is ", seconds(tuning_.timeout), " s)");
   poisonIo(peer, what);
   throwPoison();
 }

@@ -54,6 +54,15 @@ struct OutFrame {
   uint32_t index = 0;
   uint32_t notifs = 0;    // zero-copy notifications still due
   bool sent = false;      // every byte handed to the kernel
+
+  void reset() {
+    header = {};
+    payload = nullptr;
+    request = nullptr;
+    text.clear();
+    notifs = 0;
+    sent = false;
+  }
 };
 
 // A buffer for a message that arrived before its receive; sizes are powers of two, reused.
@@ -78,13 +87,25 @@ class BufferPool {
 };
 
 // A message being received: matched to a receive, or buffered (unexpected) until one is posted.
+// A receive posted while its message is still arriving takes over: what already sits in the
+// buffer (spans) is copied once, and the rest lands in the receive's region directly.
 struct Inbound {
   uint64_t msgId = 0, tag = 0, check = 0;
   size_t total = 0, received = 0;
-  std::byte* dest = nullptr;         // where payload bytes go
-  PooledBuffer buffer;               // dest's storage while unexpected
+  std::byte* dest = nullptr;         // where payload bytes go now
+  PooledBuffer buffer;               // storage while unexpected
   RequestState* request = nullptr;   // the receive it completes, once matched
+  std::vector<std::pair<size_t, size_t>> spans;  // {offset, length} written into buffer
   uint32_t index = 0;
+
+  void reset() {
+    msgId = tag = check = 0;
+    total = received = 0;
+    dest = nullptr;
+    buffer = {};
+    request = nullptr;
+    spans.clear();  // keeps its capacity: steady state allocates nothing
+  }
 };
 
 // Objects with stable addresses and indices, recycled without allocating in steady state.
@@ -102,9 +123,7 @@ class ObjectPool {
     return t;
   }
   void put(T* t) {
-    uint32_t index = t->index;
-    *t = T();
-    t->index = index;
+    t->reset();
     free_.push_back(t);
   }
   T* at(uint32_t index) { return index < all_.size() ? all_[index].get() : nullptr; }
