@@ -259,6 +259,8 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
                                           "): the process of rank ", rank_, " exited, crashed or reset the connection"));
     s.dirty = true;
     finishBatch(s, true);
+    if (s.abortFrame != nullptr) engine_.frames().put(s.abortFrame);
+    s.abortFrame = nullptr;
     return;
   }
   s.batchSent += static_cast<size_t>(res);
@@ -290,7 +292,7 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
 
 void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
   for (auto& s : sockets_) {
-    if (s->dirty || !s->sock.valid() || s->abortFrame != nullptr) continue;
+    if (s->dirty || s->down || !s->sock.valid() || s->abortFrame != nullptr) continue;
     OutFrame* f = engine_.frames().get();
     f->text = text.substr(0, kMaxAbortText);
     f->header = FrameHeader{kFrameMagic, static_cast<uint8_t>(FrameType::kAbort), static_cast<uint8_t>(kind), 0, 0,
@@ -303,6 +305,7 @@ void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
 
 bool PeerLink::abortsPending() const {
   for (auto& s : sockets_) {
+    if (s->down || s->dirty) continue;  // it will never go out
     if (s->abortFrame != nullptr) return true;
     for (OutFrame* f : s->batch) {
       if (f->header.type == static_cast<uint8_t>(FrameType::kAbort)) return true;
