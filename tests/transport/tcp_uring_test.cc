@@ -156,9 +156,9 @@ TEST(TcpUring, EqualTagsPairUpInOrderAcrossSockets) {
 }
 
 // Tags 1 and 2 arrive before their receives exist (buffered as unexpected), which is certain
-// because the receiver first waits for tag 3, sent after them.
+// because the receiver first waits for tag 3, sent after them on the same (only) socket.
 TEST(TcpUring, MessageArrivesBeforeItsReceive) {
-  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "1"}};
   auto errors = runRanks(2, [&](Rank& me) {
     const size_t big = (4u << 20) + 1, small = 333;
     if (me.rank == 0) {

@@ -316,6 +316,7 @@ std::unique_ptr<Request> TcpConnection::isend(const MemoryRegion& region, size_t
   r.tag = tag;
   r.check = check;
   link_->postSend(r);
+  if (engine_->poisoned()) engine_->throwPoison();
   engine_->ring().submit();
   return req;
 }
