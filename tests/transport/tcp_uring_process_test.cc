@@ -2,7 +2,11 @@
 // exchanges data, a peer killed with SIGKILL mid-transfer, and a peer frozen with SIGSTOP.
 // Each child reports one line through a pipe, then (in the failure tests) lingers with its
 // sockets open so that the parent, not a closing socket, decides when it ends.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -229,6 +233,47 @@ void victimScenario(bool freeze) {
     EXPECT_LT(std::atol(c.report.c_str() + at + 12), 3000) << c.report;
   }
   if (freeze) kill(job.child(2).pid, SIGKILL);  // reaped by ~Job
+}
+
+// In a child whose seccomp filter makes io_uring_setup fail with EPERM (as Docker's default
+// profile does), creating the device explains why instead of failing obscurely.
+TEST(TcpUringProcesses, IoUringForbiddenIsExplained) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+    std::string out = "no filter";
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0) {
+      try {
+        transport::createDevice("tcp_uring");
+        out = "created";
+      } catch (const InvalidArgument& e) {
+        out = std::string("InvalidArgument ") + e.what();
+      } catch (const Error& e) {
+        out = std::string("Error ") + e.what();
+      }
+    }
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  char buf[1024];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) got.append(buf, n);
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  EXPECT_EQ(got.rfind("Error ", 0), 0u) << got;
+  EXPECT_NE(got.find("io_uring is forbidden"), std::string::npos) << got;
+  EXPECT_NE(got.find("RINGFOLD_TRANSPORT=loopback"), std::string::npos) << got;
 }
 
 TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false); }
