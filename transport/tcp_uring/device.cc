@@ -57,7 +57,6 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   RF_ENFORCE(!closed_, "the device was destroyed");
   connected_ = true;
   rank_ = rank;
-  setLogRank(rank);
   MeshOptions o;
   o.prefix = prefix;
   o.rank = rank;
