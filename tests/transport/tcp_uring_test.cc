@@ -268,6 +268,19 @@ INSTANTIATE_TEST_SUITE_P(TcpUring, ZeroCopyModes, ::testing::Values("on", "off",
 
 // ---- meshes -------------------------------------------------------------------------------
 
+TEST(TcpUring, SingleRankHasNoPeers) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  auto device = transport::createDevice("tcp_uring");
+  EXPECT_STREQ(device->name(), "tcp_uring");
+  auto peers = device->connectAll(store, "one", 0, 1, 5s);
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0], nullptr);
+  EXPECT_TRUE(store.check({"one/addr/0"}));
+  EXPECT_EQ(store.getString("one/addr/0", 1s).rfind("127.0.0.1:", 0), 0u);
+  EXPECT_FALSE(device->aborted());
+}
+
 class Mesh : public ::testing::TestWithParam<int> {};
 
 TEST_P(Mesh, EveryPairExchanges) {
