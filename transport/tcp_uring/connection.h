@@ -5,6 +5,12 @@
 //                takes the next frames: one large frame alone (zero-copy when enabled), or a
 //                batch of small frames in one sendmsg (header and payload of each as iovecs).
 //                One send op in flight per socket keeps each stream in order; short sends resume.
+//   zero-copy  : a frame of at least RINGFOLD_ZEROCOPY_MIN_BYTES goes out with SENDMSG_ZC (header
+//                and payload as iovecs); its request completes on the notification CQE, not the
+//                send CQE. Under RINGFOLD_ZEROCOPY=auto the sends ask the kernel to report copies,
+//                and the first notification saying the data was copied anyway (loopback, NICs
+//                without scatter-gather) turns zero-copy off for that peer; EINVAL/EOPNOTSUPP
+//                resends the frame with a plain sendmsg and turns it off too.
 //   staging    : each socket always has one recv posted into its staging buffer, so a small
 //                message (header + payload) lands with one completion; the payload part of a
 //                large frame that did not fit is received straight into its destination.
