@@ -59,6 +59,11 @@ struct ReducePattern {
   // min/max: one rank per element holds the extreme value, the others stay strictly inside.
   double base(size_t i) const { return static_cast<double>((7 * i + seed) % 11); }
   uint64_t special(size_t i) const { return (i + seed) % static_cast<uint64_t>(nranks); }
+  // avg: 1..k with k = clamp(126/size, 1, 8), so size x k + 1 <= 127 (int8, exact bfloat16).
+  double avgBase(size_t i) const {
+    const uint64_t k = std::clamp<uint64_t>(126 / static_cast<uint64_t>(std::max(nranks, 1)), 1, 8);
+    return 1.0 + static_cast<double>((i + seed) % k);
+  }
 
   double value(int r, size_t i) const {
     const uint64_t ur = static_cast<uint64_t>(r);
@@ -71,7 +76,7 @@ struct ReducePattern {
       case ReduceOp::kProd:
         return (i + seed) % static_cast<uint64_t>(nranks + 1) == ur ? 2.0 : 1.0;
       case ReduceOp::kAvg: {
-        double v = 1.0 + static_cast<double>((7 * i + seed) % 8);
+        double v = avgBase(i);
         if (nranks >= 2 && r < 2) v += (r == 0 ? 1.0 : -1.0) * static_cast<double>(i % 2);
         return v;
       }
@@ -81,7 +86,7 @@ struct ReducePattern {
 
   double expected(size_t i) const {
     switch (op) {
-      case ReduceOp::kAvg: return 1.0 + static_cast<double>((7 * i + seed) % 8);
+      case ReduceOp::kAvg: return avgBase(i);
       case ReduceOp::kProd:
         return (i + seed) % static_cast<uint64_t>(nranks + 1) < static_cast<uint64_t>(nranks) ? 2.0 : 1.0;
       case ReduceOp::kMin: return base(i);

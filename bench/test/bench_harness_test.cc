@@ -77,7 +77,7 @@ TEST(NcclFormat, HeaderAndRowMatchNcclTestsOutput) {
 
 TEST(NcclFormat, UncheckedColumnSaysNA) {
   const std::string got = capture([](FILE* f) { printRowBody(f, 1.0, 2.0, 3.0, std::nullopt); });
-  EXPECT_EQ(got, "     1.00    2.00    3.00     N/A");
+  EXPECT_EQ(got, "     1.00    2.00    3.00    N/A");
 }
 
 TEST(NcclFormat, FooterReportsFailure) {
@@ -129,9 +129,11 @@ TEST(BenchData, ReducePatternMatchesCpuReducer) {
           reducer->reduce(acc.data(), acc.data(), in.data(), count, t, op, post);
         }
         EXPECT_EQ(checkReduceOutput(t, op, acc.data(), count, first, n, seed), 0);
-        // Another seed or offset must not pass.
-        EXPECT_GT(checkReduceOutput(t, op, acc.data(), count, first, n, seed + 1), 0);
-        EXPECT_GT(checkReduceOutput(t, op, acc.data(), count, first + 1, n, seed), 0);
+        // Another seed or offset must not pass (avg is constant from 64 ranks on: 126/64 < 2).
+        if (!(op == ReduceOp::kAvg && n >= 64)) {
+          EXPECT_GT(checkReduceOutput(t, op, acc.data(), count, first, n, seed + 1), 0);
+          EXPECT_GT(checkReduceOutput(t, op, acc.data(), count, first + 1, n, seed), 0);
+        }
         // One flipped byte is exactly one wrong element.
         acc[3 * ws] ^= 0x40;
         EXPECT_EQ(checkReduceOutput(t, op, acc.data(), count, first, n, seed), 1);
