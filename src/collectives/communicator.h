@@ -7,10 +7,14 @@
 //              messages of consecutive collectives never pair up by mistake.
 //   check    : the collective's arguments (kind, count, dtype, op, root) packed into the
 //              transport's 64-bit check word; a rank that disagrees is caught by the receiver.
-//   guarded  : each collective body runs inside guarded(): on any ringfold::Error it aborts the
-//              device with a readable message, so every rank fails with the same message
-//              instead of some of them hanging, and then rethrows. After that the communicator is
-//              unusable (as an NCCL communicator after ncclCommAbort).
+//   guarded  : each collective body runs inside guarded(): on any error it aborts the device
+//              with a readable message, so every rank fails with the same message instead of
+//              some of them hanging, and then throws it. After that the communicator is
+//              unusable (as an NCCL communicator after ncclCommAbort): every later call throws
+//              the same error at once.
+//   in flight: the memory regions and requests of the running collective live in inflight(),
+//              not on the collective's stack, so that on failure guarded() aborts the device
+//              *before* releasing them: no transport op is left touching a caller's buffer.
 //
 // Contract: one thread at a time uses a communicator.
 #pragma once
@@ -18,7 +22,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,16 +39,24 @@ namespace rendezvous {
 class Store;
 }
 
+// Settings the collectives read once per communicator (from params at construction).
+struct CollectiveTuning {
+  std::string allreduceAlgorithm = "auto";     // RINGFOLD_ALGO: auto, ring or direct
+  std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: the model
+};
+
 class Communicator {
  public:
-  // Connects `device` to every other rank through `store` (keys under `prefix`).
+  // Connects `device` to every other rank through `store` (keys under `prefix`), waiting at most
+  // RINGFOLD_START_TIMEOUT.
   static std::unique_ptr<Communicator> connect(rendezvous::Store& store, int rank, int size,
                                                std::unique_ptr<transport::Device> device,
                                                const std::string& prefix = "rf");
 
   // Everything from the environment: rank and size from any supported launcher's variables,
   // the TCP store (hosted by this process when it is rank 0 and nobody else hosts it), and the
-  // transport named by RINGFOLD_TRANSPORT. Errors name the variable that is wrong.
+  // transport named by RINGFOLD_TRANSPORT (loopback for a single process when it is unset).
+  // Errors name the variable that is wrong.
   static std::unique_ptr<Communicator> fromEnvironment();
 
   Communicator(int rank, int size, std::unique_ptr<transport::Device> device,
@@ -59,6 +73,8 @@ class Communicator {
   void setTimeout(std::chrono::milliseconds t) { timeout_ = t; }
   size_t segmentBytes() const { return segmentBytes_; }
   void setSegmentBytes(size_t bytes);
+  const CollectiveTuning& tuning() const { return tuning_; }
+  void setTuning(CollectiveTuning tuning);
 
   uint64_t nextSequence() { return sequence_++; }
 
@@ -69,21 +85,40 @@ class Communicator {
   // Keeps `resource` alive as long as the communicator (e.g. the store and its server).
   void keepAlive(std::shared_ptr<void> resource) { keepAlive_.push_back(std::move(resource)); }
 
+  // Requests and regions of the running collective (see "in flight" above).
+  struct InFlight {
+    std::vector<std::unique_ptr<transport::MemoryRegion>> regions;
+    std::vector<std::unique_ptr<transport::Request>> requests;
+    void clear() {
+      requests.clear();
+      regions.clear();
+    }
+  };
+  InFlight& inflight() { return inflight_; }
+
   template <typename Body>
   void guarded(const char* collective, Body&& body) {
     checkUsable(collective);
     try {
       body();
-    } catch (const Error& e) {
-      onError(collective, e);
-      throw;
+    } catch (...) {
+      fail(collective, std::current_exception());
     }
+    inflight_.clear();
   }
+
+  // True once a collective failed here or the device was aborted by a peer.
+  bool failed() const { return error_ != nullptr || device_->aborted(); }
 
  private:
   void checkUsable(const char* collective);
-  void onError(const char* collective, const Error& e);
+  // Aborts the device with the error's kind and message, releases what is in flight, and
+  // throws the error every rank of the group throws.
+  [[noreturn]] void fail(const char* collective, std::exception_ptr error);
+  // After an abort: the error a new request on this device fails with, or null.
+  std::exception_ptr probeAbortReason();
 
+  std::vector<std::shared_ptr<void>> keepAlive_;  // first member: destroyed last
   int rank_;
   int size_;
   std::unique_ptr<transport::Device> device_;
@@ -91,9 +126,11 @@ class Communicator {
   std::unique_ptr<Reducer> reducer_;
   std::chrono::milliseconds timeout_;
   size_t segmentBytes_;
+  CollectiveTuning tuning_;
   uint64_t sequence_ = 0;
   std::vector<std::vector<std::byte>> scratch_;
-  std::vector<std::shared_ptr<void>> keepAlive_;
+  InFlight inflight_;
+  std::exception_ptr error_;  // the error this communicator failed with
 };
 
 }  // namespace ringfold

@@ -1,0 +1,274 @@
+// allreduce: direct and pipelined ring (vocabulary in allreduce.h and schedules.h).
+#include "collectives/allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/pipeline.h"
+#include "collectives/schedules.h"
+
+namespace ringfold {
+
+namespace {
+
+using coll::Flight;
+using sched::Range;
+
+constexpr size_t kRecvSlots = 4;    // receives posted ahead of the one being folded
+constexpr size_t kSendWindow = 16;  // sends in flight before the oldest is waited for
+
+struct Args {
+  const std::byte* src;
+  std::byte* dst;
+  size_t count;
+  size_t es;
+  DataType dtype;
+  ReduceOp op;       // kAvg folds as kSum
+  double preScale;
+  double finalScale; // postScale, divided by n for kAvg
+  uint64_t sequence;
+  uint64_t check;
+};
+
+// One rank: sendbuf scaled by preScale, then by the final factor.
+void localAllreduce(Communicator& comm, const Args& a) {
+  if (a.count == 0) return;
+  const std::byte* cur = a.src;
+  if (a.preScale != 1.0) {
+    comm.reducer().scale(a.dst, cur, a.count, a.dtype, a.preScale);
+    cur = a.dst;
+  }
+  if (a.finalScale != 1.0) {
+    comm.reducer().scale(a.dst, cur, a.count, a.dtype, a.finalScale);
+    cur = a.dst;
+  }
+  if (cur != a.dst) std::memcpy(a.dst, cur, a.count * a.es);
+}
+
+void directAllreduce(Communicator& comm, const Args& a) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t bytes = a.count * a.es;
+  const bool inPlace = a.src == a.dst;
+  Reducer& red = comm.reducer();
+  Flight flight(comm, n - 1, n - 1);
+  // Own contribution goes to scratch when it must be scaled, or when folding in rank order would
+  // overwrite it in recvbuf before its turn (in place, rank >= 2).
+  const bool ownCopy = a.preScale != 1.0 || (inPlace && r >= 2);
+  const size_t scratchBytes = (n - 1 + (ownCopy ? 1 : 0)) * bytes;
+  std::byte* scratch = comm.scratch(scratchBytes);
+  auto& scratchRegion = flight.region(scratch, scratchBytes);
+  const std::byte* own = a.src;
+  const transport::MemoryRegion* ownRegion = nullptr;
+  size_t ownOffset = 0;
+  if (ownCopy) {
+    std::byte* o = scratch + (n - 1) * bytes;
+    if (a.preScale != 1.0) {
+      red.scale(o, a.src, a.count, a.dtype, a.preScale);
+    } else if (bytes > 0) {
+      std::memcpy(o, a.src, bytes);
+    }
+    own = o;
+    ownRegion = &scratchRegion;
+    ownOffset = (n - 1) * bytes;
+  } else {
+    ownRegion = &flight.region(a.src, bytes);
+  }
+  auto slotOf = [r](int p) { return static_cast<size_t>(p < r ? p : p - 1); };
+  const uint64_t tag = coll::collectiveTag(a.sequence, 0);
+  for (int i = 1; i < n; ++i) {
+    const int p = sched::mod(r - i, n);
+    flight.postRecv(slotOf(p), p, scratchRegion, slotOf(p) * bytes, bytes, tag, a.check);
+  }
+  for (int i = 1; i < n; ++i) {
+    flight.postSend(sched::mod(r + i, n), *ownRegion, ownOffset, bytes, tag, a.check);
+  }
+  for (int i = 1; i < n; ++i) flight.waitRecv(slotOf(sched::mod(r - i, n)));
+  if (inPlace && !ownCopy) flight.waitAllSends();  // recvbuf is about to be overwritten
+  if (a.count > 0) {
+    auto contribution = [&](int i) { return i == r ? own : scratch + slotOf(i) * bytes; };
+    red.reduce(a.dst, contribution(0), contribution(1), a.count, a.dtype, a.op,
+               n == 2 ? a.finalScale : 1.0);
+    for (int i = 2; i < n; ++i) {
+      red.reduce(a.dst, a.dst, contribution(i), a.count, a.dtype, a.op, i == n - 1 ? a.finalScale : 1.0);
+    }
+  }
+  flight.waitAllSends();
+}
+
+// A receive of the ring: phase 0 = reduce-scatter, 1 = allgather; step s; segment k.
+struct Unit {
+  int phase = 0;
+  int s = 0;
+  size_t k = 0;
+  bool operator<(const Unit& o) const {
+    if (phase != o.phase) return phase < o.phase;
+    if (s != o.s) return s < o.s;
+    return k < o.k;
+  }
+};
+
+void ringAllreduce(Communicator& comm, const Args& a) {
+  const int n = comm.size(), r = comm.rank();
+  const int left = sched::mod(r - 1, n), right = sched::mod(r + 1, n);
+  const size_t es = a.es;
+  const size_t segE = sched::segmentElems(comm.segmentBytes(), es);
+  const bool pre = a.preScale != 1.0;
+  Reducer& red = comm.reducer();
+
+  const size_t slotElems = std::max<size_t>(1, std::min(segE, sched::chunk(a.count, n, 0).length));
+  const size_t slotBytes = slotElems * es;
+  std::byte* slots = comm.scratch(kRecvSlots * slotBytes);
+  Flight flight(comm, kRecvSlots, kSendWindow);
+  auto& slotRegion = flight.region(slots, kRecvSlots * slotBytes);
+  auto& dstRegion = flight.region(a.dst, a.count * es);
+  auto& srcRegion = a.src == a.dst ? dstRegion : flight.region(a.src, a.count * es);
+
+  auto chunkOf = [&](int c) { return sched::chunk(a.count, n, c); };
+  auto recvChunk = [&](const Unit& u) {
+    return u.phase == 0 ? sched::ringReduceRecvChunk(r, u.s, n) : sched::ringGatherRecvChunk(r, u.s, n);
+  };
+  auto advance = [&](Unit& u) {
+    if (++u.k == sched::segmentCount(chunkOf(recvChunk(u)).length, segE)) {
+      u.k = 0;
+      if (++u.s == n - 1) {
+        u.s = 0;
+        ++u.phase;
+      }
+    }
+  };
+  auto tagOf = [&](int phase, int s) { return coll::collectiveTag(a.sequence, phase * (n - 1) + s); };
+  // The reduce-scatter send of step s, segment k: the allgather receive (s, k) overwrites it.
+  auto keyOf = [](int s, size_t k) { return (static_cast<uint64_t>(s + 1) << 40) | (k + 1); };
+
+  // Step 0 sends this rank's own contribution to chunk r-1, a window ahead of the receives.
+  const Range chunk0 = chunkOf(sched::ringReduceSendChunk(r, 0, n));
+  const size_t segments0 = sched::segmentCount(chunk0.length, segE);
+  size_t sent0 = 0;
+  Unit post, proc;
+  size_t posted = 0, processed = 0;
+
+  auto topUpStep0 = [&](bool all = false) {
+    while (sent0 < segments0 && (all || sent0 < processed + kRecvSlots)) {
+      const Range sg = sched::segment(chunk0, segE, sent0);
+      if (pre && sg.length > 0) {
+        red.scale(a.dst + sg.offset * es, a.src + sg.offset * es, sg.length, a.dtype, a.preScale);
+      }
+      flight.postSend(right, pre ? dstRegion : srcRegion, sg.offset * es, sg.length * es, tagOf(0, 0),
+                      a.check, keyOf(0, sent0));
+      ++sent0;
+    }
+  };
+  // An allgather receive may be posted only once the send that reads its region was posted.
+  auto ready = [&](const Unit& u) {
+    if (u.phase == 0) return true;
+    if (u.s == 0) return sent0 > u.k;
+    return Unit{0, u.s - 1, u.k} < proc;
+  };
+  auto postReceives = [&] {
+    while (post.phase < 2 && posted < processed + kRecvSlots && ready(post)) {
+      const Range sg = sched::segment(chunkOf(recvChunk(post)), segE, post.k);
+      const size_t slot = posted % kRecvSlots;
+      if (post.phase == 0) {
+        flight.postRecv(slot, left, slotRegion, slot * slotBytes, sg.length * es, tagOf(0, post.s), a.check);
+      } else {
+        flight.waitSend(keyOf(post.s, post.k));
+        flight.postRecv(slot, left, dstRegion, sg.offset * es, sg.length * es, tagOf(1, post.s), a.check);
+      }
+      advance(post);
+      ++posted;
+    }
+  };
+
+  topUpStep0();
+  postReceives();
+  while (proc.phase < 2) {
+    RF_ENFORCE_GT(posted, processed, "ring pipeline stalled");
+    const size_t slot = processed % kRecvSlots;
+    const Range sg = sched::segment(chunkOf(recvChunk(proc)), segE, proc.k);
+    flight.waitRecv(slot);
+    if (proc.phase == 0) {
+      const bool last = proc.s == n - 2;
+      if (sg.length > 0) {
+        std::byte* d = a.dst + sg.offset * es;
+        const std::byte* own = a.src + sg.offset * es;
+        if (pre) {
+          red.scale(d, own, sg.length, a.dtype, a.preScale);
+          own = d;
+        }
+        red.reduce(d, slots + slot * slotBytes, own, sg.length, a.dtype, a.op, last ? a.finalScale : 1.0);
+      }
+      if (!last) {
+        flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(0, proc.s + 1), a.check,
+                        keyOf(proc.s + 1, proc.k));
+      } else {
+        flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(1, 0), a.check);
+      }
+    } else if (proc.s < n - 2) {
+      flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(1, proc.s + 1), a.check);
+    }
+    advance(proc);
+    ++processed;
+    topUpStep0();
+    postReceives();
+  }
+  topUpStep0(true);  // a block with more segments than this rank receives
+    flight.waitAllSends();
+}
+
+}  // namespace
+
+AllreduceAlgorithm chooseAllreduceAlgorithm(const Communicator& comm, size_t bytes) {
+  const auto& t = comm.tuning();
+  if (t.allreduceAlgorithm == "ring") return AllreduceAlgorithm::kRing;
+  if (t.allreduceAlgorithm == "direct") return AllreduceAlgorithm::kDirect;
+  const uint64_t limit = t.directMaxBytes ? *t.directMaxBytes : sched::directCrossoverBytes(comm.size());
+  return bytes <= limit ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
+}
+
+void allreduce(Communicator& comm, const AllreduceOptions& o) {
+  coll::run(comm, "allreduce", [&] {
+    const char* name = "allreduce";
+    const int r = comm.rank();
+    coll::requireReducible(name, r, o.dtype);
+    if (static_cast<int>(o.op) >= kNumReduceOps) {
+      RF_THROW(InvalidArgument, name, " on rank ", r, ": unknown op ", static_cast<int>(o.op));
+    }
+    const size_t bytes = coll::byteSize(name, r, o.count, o.dtype);
+    coll::requireBuffer(name, r, o.sendbuf, bytes, "sendbuf");
+    coll::requireBuffer(name, r, o.recvbuf, bytes, "recvbuf");
+    if (o.sendbuf != o.recvbuf && coll::overlaps(o.sendbuf, bytes, o.recvbuf, bytes)) {
+      RF_THROW(InvalidArgument, name, " on rank ", r,
+               ": sendbuf and recvbuf overlap without being equal (in place needs sendbuf == recvbuf)");
+    }
+    AllreduceAlgorithm algo = o.algorithm == AllreduceAlgorithm::kAuto ? chooseAllreduceAlgorithm(comm, bytes)
+                                                                       : o.algorithm;
+    if (algo != AllreduceAlgorithm::kRing && algo != AllreduceAlgorithm::kDirect) {
+      RF_THROW(InvalidArgument, name, " on rank ", r, ": unknown algorithm ", static_cast<int>(algo));
+    }
+    Args a;
+    a.src = static_cast<const std::byte*>(o.sendbuf);
+    a.dst = static_cast<std::byte*>(o.recvbuf);
+    a.count = o.count;
+    a.es = dataTypeSize(o.dtype);
+    a.dtype = o.dtype;
+    a.op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
+    a.preScale = o.preScale;
+    a.finalScale = sched::finalScale(o.op, o.postScale, comm.size());
+    a.sequence = comm.nextSequence();
+    coll::CheckFields fields;
+    fields.kind = algo == AllreduceAlgorithm::kRing ? coll::Kind::kAllreduceRing : coll::Kind::kAllreduceDirect;
+    fields.dtype = o.dtype;
+    fields.op = o.op;
+    fields.count = o.count;
+    a.check = coll::packCheck(fields);
+    if (comm.size() == 1) {
+      localAllreduce(comm, a);
+    } else if (algo == AllreduceAlgorithm::kDirect) {
+      directAllreduce(comm, a);
+    } else {
+      ringAllreduce(comm, a);
+    }
+  });
+}
+
+}  // namespace ringfold

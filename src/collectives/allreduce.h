@@ -1,0 +1,43 @@
+// allreduce: every rank's recvbuf gets the element-wise reduction of every rank's sendbuf.
+//
+// Algorithms
+//   ring   : reduce-scatter then allgather around the ring (schedules.h), pipelined in segments
+//            of comm.segmentBytes(): receives are posted several segments ahead, each segment is
+//            folded straight from the receive buffer into recvbuf (out of place, the first fold
+//            reads sendbuf directly, so there is no separate copy pass), and it is sent on as
+//            soon as it is folded. The owner of each chunk applies postScale (and 1/size for
+//            kAvg) once, before the allgather, so every rank ends with the same bits.
+//   direct : one exchange: every rank sends its whole buffer to every other rank and folds
+//            the n contributions in rank order 0..n-1. One round trip at 2 ranks; for small
+//            messages.
+//   auto   : RINGFOLD_ALGO, else direct up to RINGFOLD_DIRECT_MAX_BYTES, else up to the
+//            crossover of the cost model in schedules.h, else ring.
+// preScale multiplies each rank's own contribution (rounded to dtype) before it is folded.
+// With one rank the result is sendbuf scaled by preScale, then by the final factor.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/communicator.h"
+#include "common/dtype.h"
+
+namespace ringfold {
+
+enum class AllreduceAlgorithm { kAuto, kRing, kDirect };
+
+struct AllreduceOptions {
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double preScale = 1.0;   // each rank's input is multiplied by this before reduction
+  double postScale = 1.0;  // the result is multiplied by this (kAvg also divides by size)
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // kAuto: RINGFOLD_ALGO, then model
+};
+void allreduce(Communicator& comm, const AllreduceOptions& opts);
+
+// The algorithm kAuto resolves to for `bytes` on this communicator.
+AllreduceAlgorithm chooseAllreduceAlgorithm(const Communicator& comm, size_t bytes);
+
+}  // namespace ringfold

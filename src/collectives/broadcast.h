@@ -1,0 +1,23 @@
+// broadcast: root's sendbuf is copied to every rank's recvbuf (sendbuf is ignored on other
+// ranks). A pipelined chain root -> root+1 -> ... in segments of comm.segmentBytes(); each rank
+// forwards a segment as soon as it has it. The last rank acknowledges to the root, so every
+// rank, the root included, receives a message carrying the others' arguments.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/communicator.h"
+#include "common/dtype.h"
+
+namespace ringfold {
+
+struct BroadcastOptions {
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+void broadcast(Communicator& comm, const BroadcastOptions& opts);
+
+}  // namespace ringfold

@@ -1,0 +1,202 @@
+#include "collectives/communicator.h"
+
+#include <cstring>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "reduce/cpu_reducer.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/job_store.h"
+#include "transport/memory_region.h"
+
+namespace ringfold {
+
+namespace {
+
+// A tag no collective uses: a receive posted with it after an abort fails with the reason the
+// device was poisoned with (device.h: "every later request fails with ... message").
+constexpr uint64_t kProbeTag = ~uint64_t{0};
+
+std::string messageOf(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::exception_ptr makeError(transport::ErrorKind kind, int peer, const std::string& message) {
+  try {
+    transport::throwError(kind, peer, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+CollectiveTuning tuningFromParams() {
+  CollectiveTuning t;
+  t.allreduceAlgorithm = params::kAlgo.str();
+  if (params::kDirectMaxBytes.isSet()) t.directMaxBytes = params::kDirectMaxBytes.asBytes();
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connect(rendezvous::Store& store, int rank, int size,
+                                                    std::unique_ptr<transport::Device> device,
+                                                    const std::string& prefix) {
+  RF_ENFORCE(device != nullptr, "Communicator::connect needs a device");
+  RF_ENFORCE(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " is not in [0, ", size, ")");
+  auto peers = device->connectAll(store, prefix, rank, size, params::kStartTimeout.asSeconds());
+  return std::make_unique<Communicator>(rank, size, std::move(device), std::move(peers),
+                                        makeCpuReducer());
+}
+
+std::unique_ptr<Communicator> Communicator::fromEnvironment() {
+  rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
+  setLogRank(info.rank);
+  auto job = std::make_shared<rendezvous::JobStore>(rendezvous::openJobStore(info));
+  // A single process talks to nobody: unless a transport was asked for, skip io_uring.
+  const std::string transportName =
+      info.size == 1 && !params::kTransport.isSet() ? "loopback" : "";
+  auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName));
+  comm->keepAlive(std::move(job));
+  return comm;
+}
+
+Communicator::Communicator(int rank, int size, std::unique_ptr<transport::Device> device,
+                           std::vector<std::unique_ptr<transport::Connection>> peers,
+                           std::unique_ptr<Reducer> reducer)
+    : rank_(rank),
+      size_(size),
+      device_(std::move(device)),
+      peers_(std::move(peers)),
+      reducer_(std::move(reducer)),
+      timeout_(params::kTimeout.asSeconds()),
+      segmentBytes_(0) {
+  RF_ENFORCE(size_ >= 1 && rank_ >= 0 && rank_ < size_, "rank ", rank_, " is not in [0, ", size_, ")");
+  RF_ENFORCE(device_ != nullptr && reducer_ != nullptr, "a communicator needs a device and a reducer");
+  RF_ENFORCE_EQ(peers_.size(), static_cast<size_t>(size_), "one connection slot per rank");
+  for (int r = 0; r < size_; ++r) {
+    RF_ENFORCE((peers_[r] == nullptr) == (r == rank_), "connection to rank ", r);
+  }
+  RF_ENFORCE(timeout_.count() > 0, params::kTimeout.name, " must be positive");
+  setSegmentBytes(params::kSegmentBytes.asBytes());
+  setTuning(tuningFromParams());
+}
+
+Communicator::~Communicator() = default;
+
+transport::Connection& Communicator::peer(int r) {
+  RF_ENFORCE(r >= 0 && r < size_ && r != rank_, "rank ", rank_, " has no connection to rank ", r);
+  return *peers_[r];
+}
+
+void Communicator::setSegmentBytes(size_t bytes) {
+  if (bytes == 0) RF_THROW(InvalidArgument, params::kSegmentBytes.name, " must be at least 1 byte");
+  segmentBytes_ = bytes;
+}
+
+void Communicator::setTuning(CollectiveTuning tuning) {
+  const std::string& a = tuning.allreduceAlgorithm;
+  if (a != "auto" && a != "ring" && a != "direct") {
+    RF_THROW(InvalidArgument, params::kAlgo.name, "='", a, "' is not an allreduce algorithm; use auto, ring or direct");
+  }
+  tuning_ = std::move(tuning);
+}
+
+std::byte* Communicator::scratch(size_t bytes, int slot) {
+  RF_ENFORCE(slot >= 0, "scratch slot ", slot);
+  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
+  auto& buffer = scratch_[slot];
+  if (buffer.size() < bytes) {
+    buffer.clear();
+    buffer.shrink_to_fit();
+    buffer.resize(bytes);
+  }
+  return buffer.data();
+}
+
+std::exception_ptr Communicator::probeAbortReason() {
+  static std::byte probeByte{};
+  for (auto& connection : peers_) {
+    if (!connection) continue;
+    try {
+      auto region = device_->registerMemory(&probeByte, 1);
+      auto request = connection->irecv(*region, 0, 0, kProbeTag, 0);
+      request->test();
+      return nullptr;  // not poisoned: nothing to learn
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  return nullptr;
+}
+
+void Communicator::checkUsable(const char* collective) {
+  if (error_) std::rethrow_exception(error_);
+  if (device_->aborted()) {
+    error_ = probeAbortReason();
+    if (!error_) {
+      error_ = makeError(transport::ErrorKind::kIo, -1,
+                         detail::concat(collective, " on rank ", rank_, ": the communicator was aborted"));
+    }
+    std::rethrow_exception(error_);
+  }
+}
+
+void Communicator::fail(const char* collective, std::exception_ptr error) {
+  auto kind = transport::ErrorKind::kIo;
+  int peer = -1;
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const MismatchError& e) {
+    kind = transport::ErrorKind::kMismatch;
+    text = e.what();
+  } catch (const InvalidArgument& e) {
+    kind = transport::ErrorKind::kInvalidArgument;
+    text = e.what();
+  } catch (const IoError& e) {
+    peer = e.peerRank();
+    text = e.what();
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown exception";
+  }
+  const std::string original = text;
+  std::exception_ptr final;
+  if (device_->aborted()) {
+    // Another rank aborted first; its reason is what every rank reports.
+    final = probeAbortReason();
+    if (!final) final = error;
+  } else {
+    std::string mine = text;
+    if (kind == transport::ErrorKind::kIo && std::string_view(text).rfind(collective, 0) != 0) {
+      mine = detail::concat(collective, " failed on rank ", rank_, ": ", text);
+    }
+    try {
+      device_->abort(kind, mine);
+    } catch (const std::exception& e) {
+      RF_LOG(kWarning) << "abort failed: " << e.what();
+    }
+    // On a group that aborts atomically (loopback) a concurrent abort may have won instead.
+    std::exception_ptr winner = probeAbortReason();
+    if (winner) {
+      std::string w = messageOf(winner);
+      if (w != mine && w != original) final = winner;
+    }
+    if (!final) final = makeError(kind, peer, mine);
+  }
+  inflight_.clear();
+  error_ = final;
+  RF_LOG(kDebug) << collective << " failed: " << messageOf(final);
+  std::rethrow_exception(final);
+}
+
+}  // namespace ringfold

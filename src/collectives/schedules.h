@@ -1,0 +1,75 @@
+// Schedules: the pure index math of the collectives, kept apart so it can be tested alone.
+//
+// Vocabulary
+//   chunk   : the part of a buffer of `count` elements that ring step logic assigns to one rank.
+//             Chunk c of n holds count/n elements, plus one for the first count%n chunks, and
+//             chunks are contiguous in rank order (so count < n leaves trailing chunks empty).
+//   segment : the unit the pipeline moves: a chunk is cut into segments of `segElems`
+//             elements (the last one shorter). An empty chunk still has one (empty) segment, so
+//             every ring step carries at least one message and its check word.
+//   ring    : rank r sends to r+1 and receives from r-1 (mod n).
+//             reduce-scatter step s (0..n-2): send chunk r-s-1, receive chunk r-s-2 and fold it
+//             into this rank's contribution; after n-1 steps rank r holds chunk r, which was
+//             folded in the order r+1, r+2, ..., r (mod n): "acc = acc op next", starting from
+//             rank c+1's contribution for chunk c.
+//             allgather step s (0..n-2): send chunk r-s, receive chunk r-s-1.
+//   direct  : every rank receives every other rank's buffer and folds in rank order 0..n-1.
+//   chain   : broadcast passes segments root -> root+1 -> ... -> root-1 (mod n); the last rank
+//             answers the root with an empty message, so a rank that believes itself root also
+//             receives something and a root mismatch is caught.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace ringfold::sched {
+
+struct Range {
+  size_t offset = 0;  // elements from the start of the buffer
+  size_t length = 0;  // elements
+};
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Chunk c (0 <= c < n) of `count` elements split over n ranks.
+Range chunk(size_t count, int n, int c);
+// Elements per segment for segments of at most `segmentBytes` (at least 1).
+size_t segmentElems(size_t segmentBytes, size_t elemSize);
+// Segments of a range of `length` elements: max(1, ceil(length / segElems)).
+size_t segmentCount(size_t length, size_t segElems);
+// Segment k of `range` (absolute offsets); the last may be shorter, an empty range gives {off,0}.
+Range segment(Range range, size_t segElems, size_t k);
+
+// Ring reduce-scatter / allgather chunk indices (see above).
+inline int ringReduceSendChunk(int r, int s, int n) { return mod(r - s - 1, n); }
+inline int ringReduceRecvChunk(int r, int s, int n) { return mod(r - s - 2, n); }
+inline int ringGatherSendChunk(int r, int s, int n) { return mod(r - s, n); }
+inline int ringGatherRecvChunk(int r, int s, int n) { return mod(r - s - 1, n); }
+// The rank whose contribution starts the fold of chunk c in a ring reduce-scatter.
+inline int ringFoldFirst(int c, int n) { return mod(c + 1, n); }
+
+// Rounds of a dissemination barrier: ceil(log2 n) (0 for n = 1).
+int disseminationRounds(int n);
+
+// The factor applied once to every reduced element: postScale, divided by n for kAvg.
+double finalScale(ReduceOp op, double postScale, int n);
+
+// Allreduce cost model (seconds per message and per byte), used when RINGFOLD_ALGO=auto and
+// RINGFOLD_DIRECT_MAX_BYTES is unset. Constants: alpha ~ one TCP message's latency through the
+// kernel and back (15 us), beta ~ 1/(10 GB/s) per byte on the wire, gamma ~ 1/(6.5 GB/s) per byte
+// reduced by one core.
+//   ring   : 2(n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma
+//   direct : alpha + (n-1) S beta + (n-1) S gamma   (n-1 messages leave at once)
+struct CostModel {
+  double alpha = 15e-6;
+  double beta = 0.1e-9;
+  double gamma = 0.15e-9;
+  double ring(size_t bytes, int n) const;
+  double direct(size_t bytes, int n) const;
+};
+// Largest size for which the model prefers direct (capped at 4 MiB of scratch per peer).
+size_t directCrossoverBytes(int n, const CostModel& model = CostModel{});
+
+}  // namespace ringfold::sched

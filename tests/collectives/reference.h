@@ -1,0 +1,125 @@
+// Inputs and sequential references for the collective tests.
+//
+// Inputs are deterministic in (seed, rank, element) and spread over several binades, so the
+// order in which floating-point contributions are folded changes the bits; the reference folds
+// them in the documented order (schedules.h: ring chunk c from rank c+1, direct from rank 0),
+// with the same CPU reducer, so a collective must reproduce it exactly.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/dtype.h"
+#include "reduce/reducer.h"
+
+namespace ringfold::testref {
+
+using Bytes = std::vector<std::byte>;
+
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One element's bits for `dtype`. `narrow` keeps magnitudes near 1 (for products).
+inline uint64_t elementBits(DataType t, uint64_t h, bool narrow) {
+  const uint64_t sign = (h >> 63) & 1;
+  const int spread = narrow ? 2 : 5;  // binades used: [-1, 1) or [-2, 3)
+  const int e = static_cast<int>((h >> 40) % spread) - (narrow ? 1 : 2);
+  switch (t) {
+    case DataType::kFloat16: return (sign << 15) | (uint64_t(15 + e) << 10) | (h & 0x3FF);
+    case DataType::kBfloat16: return (sign << 15) | (uint64_t(127 + e) << 7) | (h & 0x7F);
+    case DataType::kFloat32: return (sign << 31) | (uint64_t(127 + e) << 23) | (h & 0x7FFFFF);
+    case DataType::kFloat64: return (sign << 63) | (uint64_t(1023 + e) << 52) | (h & 0xFFFFFFFFFFFFFull);
+    case DataType::kBool: return h & 1;
+    default:
+      if (narrow) return static_cast<uint64_t>(static_cast<int64_t>(h % 7) - 3);  // -3..3
+      return h;
+  }
+}
+
+inline Bytes makeInput(DataType t, size_t count, int rank, uint64_t seed, bool narrow = false) {
+  const size_t es = dataTypeSize(t);
+  Bytes out(count * es);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t bits = elementBits(t, mix(seed * 1000003 + rank * 7919 + i * 0x100000001b3ull), narrow);
+    std::memcpy(out.data() + i * es, &bits, es);  // little-endian: the low bytes
+  }
+  return out;
+}
+
+// Chunk c of count over n: the documented rule, restated here independently.
+inline void chunkOf(size_t count, int n, int c, size_t& offset, size_t& length) {
+  const size_t base = count / n, extra = count % n, uc = static_cast<size_t>(c);
+  offset = uc * base + std::min(uc, extra);
+  length = base + (uc < extra ? 1 : 0);
+}
+
+// Folds elements [offset, offset+length) of every (pre-scaled) contribution in the order
+// first, first+1, ... (mod n) into out, applying finalScale in the last fold.
+inline void foldRange(Reducer& red, const std::vector<Bytes>& contributions, size_t offset, size_t length,
+                      int first, DataType t, ReduceOp op, double finalScale, std::byte* out) {
+  const int n = static_cast<int>(contributions.size());
+  const size_t es = dataTypeSize(t);
+  if (length == 0) return;
+  const ReduceOp fold = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  std::memcpy(out, contributions[first].data() + offset * es, length * es);
+  if (n == 1) {
+    if (finalScale != 1.0) red.scale(out, out, length, t, finalScale);
+    return;
+  }
+  for (int j = 1; j < n; ++j) {
+    const int r = (first + j) % n;
+    red.reduce(out, out, contributions[r].data() + offset * es, length, t, fold, j == n - 1 ? finalScale : 1.0);
+  }
+}
+
+inline std::vector<Bytes> preScaled(Reducer& red, const std::vector<Bytes>& inputs, DataType t, double preScale) {
+  if (preScale == 1.0) return inputs;
+  std::vector<Bytes> out = inputs;
+  const size_t es = dataTypeSize(t);
+  for (auto& b : out) red.scale(b.data(), b.data(), b.size() / es, t, preScale);
+  return out;
+}
+
+inline double finalScaleOf(ReduceOp op, double postScale, int n) {
+  return op == ReduceOp::kAvg ? postScale / n : postScale;
+}
+
+// allreduce reference: ring (chunk c from rank c+1) or direct (rank order from 0).
+inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
+                                ReduceOp op, double preScale, double postScale, bool ring) {
+  const int n = static_cast<int>(inputs.size());
+  const size_t es = dataTypeSize(t);
+  auto contributions = preScaled(red, inputs, t, preScale);
+  const double f = finalScaleOf(op, postScale, n);
+  Bytes out(count * es);
+  if (!ring || n == 1) {
+    foldRange(red, contributions, 0, count, 0, t, op, f, out.data());
+    return out;
+  }
+  for (int c = 0; c < n; ++c) {
+    size_t off, len;
+    chunkOf(count, n, c, off, len);
+    foldRange(red, contributions, off, len, (c + 1) % n, t, op, f, out.data() + off * es);
+  }
+  return out;
+}
+
+// reduce-scatter reference: block `rank` of recvCount elements, folded from rank+1.
+inline Bytes referenceReduceScatter(Reducer& red, const std::vector<Bytes>& inputs, size_t recvCount, DataType t,
+                                    ReduceOp op, double preScale, double postScale, int rank) {
+  const int n = static_cast<int>(inputs.size());
+  auto contributions = preScaled(red, inputs, t, preScale);
+  Bytes out(recvCount * dataTypeSize(t));
+  foldRange(red, contributions, rank * recvCount, recvCount, (rank + 1) % n, t, op,
+            finalScaleOf(op, postScale, n), out.data());
+  return out;
+}
+
+}  // namespace ringfold::testref
