@@ -1,5 +1,5 @@
-// broadcast: pipelined chain root -> root+1 -> ... -> root-1, then an empty acknowledgement from
-// the last rank to the root (schedules.h explains why).
+// broadcast: pipelined chain root -> root+1 -> ... -> root-1, after an empty hello from every
+// rank to the next (schedules.h explains why).
 #include "collectives/broadcast.h"
 
 #include <cstring>
@@ -53,9 +53,13 @@ void broadcast(Communicator& comm, const BroadcastOptions& o) {
     coll::Flight flight(comm, kRecvSlots, kSendWindow);
     auto& empty = flight.region(nullptr, 0);
 
+    // Every rank first sends an empty hello to rank+1 and receives one from rank-1, so each
+    // rank compares its arguments with its neighbour's before anything else (a root that
+    // believes it is not the root would otherwise leave every rank waiting for data).
+    flight.postRecv(0, prev, empty, 0, 0, tag, check);
+    flight.postSend(next, empty, 0, 0, tag, check);
     if (isRoot) {
       auto& srcRegion = flight.region(src, bytes);
-      flight.postRecv(0, prev, empty, 0, 0, tag, check);  // the last rank's acknowledgement
       for (size_t k = 0; k < segments; ++k) {
         const sched::Range sg = sched::segment(all, segE, k);
         flight.postSend(next, srcRegion, sg.offset * es, sg.length * es, tag, check);
@@ -64,6 +68,7 @@ void broadcast(Communicator& comm, const BroadcastOptions& o) {
       flight.waitAllSends();
       return;
     }
+    flight.waitRecv(0);
     auto& dstRegion = flight.region(dst, bytes);
     const bool last = position == n - 1;
     size_t posted = 0;
@@ -83,7 +88,6 @@ void broadcast(Communicator& comm, const BroadcastOptions& o) {
       }
       postReceives(k + 1);
     }
-    if (last) flight.postSend(o.root, empty, 0, 0, tag, check);
     flight.waitAllSends();
   });
 }

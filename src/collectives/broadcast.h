@@ -1,7 +1,7 @@
 // broadcast: root's sendbuf is copied to every rank's recvbuf (sendbuf is ignored on other
 // ranks). A pipelined chain root -> root+1 -> ... in segments of comm.segmentBytes(); each rank
-// forwards a segment as soon as it has it. The last rank acknowledges to the root, so every
-// rank, the root included, receives a message carrying the others' arguments.
+// forwards a segment as soon as it has it. Every rank first sends an empty hello to the next
+// rank, so every rank, the root included, compares its arguments with its neighbour's.
 #pragma once
 
 #include <cstddef>

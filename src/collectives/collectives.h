@@ -13,7 +13,9 @@
 //     MismatchError naming the collective and the differing values; a dead or silent peer makes
 //     every rank throw IoError within the communicator's timeout; a bad argument on one rank
 //     (null buffer, bool in a reduction, root out of range) makes every rank throw its
-//     InvalidArgument. None of these hangs or writes past the caller's buffers.
+//     InvalidArgument. None of these hangs or writes past the caller's buffers. (In a copying
+//     collective a rank that needs nothing from the failing rank, e.g. a broadcast rank
+//     upstream of it, may return normally; its next call then throws the same error.)
 //   * Reducing collectives accept every dtype but kBool; copying ones accept kBool too.
 #pragma once
 

@@ -14,9 +14,10 @@
 //             rank c+1's contribution for chunk c.
 //             allgather step s (0..n-2): send chunk r-s, receive chunk r-s-1.
 //   direct  : every rank receives every other rank's buffer and folds in rank order 0..n-1.
-//   chain   : broadcast passes segments root -> root+1 -> ... -> root-1 (mod n); the last rank
-//             answers the root with an empty message, so a rank that believes itself root also
-//             receives something and a root mismatch is caught.
+//   chain   : broadcast passes segments root -> root+1 -> ... -> root-1 (mod n). Before that
+//             every rank sends an empty hello to rank+1, so every rank (the root included)
+//             receives a message carrying its neighbour's arguments, whatever it believes the
+//             root is: a root mismatch is caught instead of every rank waiting for data.
 #pragma once
 
 #include <cstddef>
