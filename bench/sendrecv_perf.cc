@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "collectives/check.h"
 #include "collectives/collectives.h"
 #include "bench/common/data.h"
 #include "bench/common/harness.h"
@@ -15,10 +16,6 @@
 
 namespace ringfold::bench {
 namespace {
-
-// Tag space of this benchmark's point-to-point messages: the communicator's sequence number
-// (which no collective shares) above a marker byte.
-constexpr uint64_t kSendRecvMarker = 0x5E;
 
 class SendRecvBench final : public BenchCollective {
  public:
@@ -36,7 +33,10 @@ class SendRecvBench final : public BenchCollective {
     const size_t bytes = count * dataTypeSize(t);
     const int n = comm.size();
     const int rank = comm.rank();
-    const uint64_t tag = (comm.nextSequence() << 8) | kSendRecvMarker;
+    // A sequence number of its own, so no collective's messages can pair up with these, and
+    // the library's check word, so ranks that disagree on the count are caught.
+    const uint64_t tag = coll::collectiveTag(comm.nextSequence(), 0);
+    const uint64_t check = coll::packCheck({coll::Kind::kSendRecv, t, ReduceOp::kSum, 0, count});
     if (n == 1) {
       if (send != recv && bytes) std::memmove(recv, send, bytes);
       return;
@@ -46,8 +46,8 @@ class SendRecvBench final : public BenchCollective {
       auto& device = comm.device();
       auto sendRegion = device.registerMemory(const_cast<void*>(send), bytes);
       auto recvRegion = device.registerMemory(recv, bytes);
-      auto recvReq = comm.peer((rank - 1 + n) % n).irecv(*recvRegion, 0, bytes, tag, bytes);
-      auto sendReq = comm.peer((rank + 1) % n).isend(*sendRegion, 0, bytes, tag, bytes);
+      auto recvReq = comm.peer((rank - 1 + n) % n).irecv(*recvRegion, 0, bytes, tag, check);
+      auto sendReq = comm.peer((rank + 1) % n).isend(*sendRegion, 0, bytes, tag, check);
       recvReq->wait(comm.timeout());
       sendReq->wait(comm.timeout());
     });

@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import secrets
 import shutil
 import signal
@@ -65,10 +66,14 @@ def human(size):
     return f"{size} B"
 
 
+# ringfoldrun prefixes every forwarded line with its rank, as horovodrun does.
+RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")
+
+
 def parse_rows(text):
     """Rows of nccl-tests output: one dict per size line."""
     rows = []
-    for line in text.splitlines():
+    for line in (RANK_PREFIX.sub("", l) for l in text.splitlines()):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         f = line.split()

@@ -10,6 +10,7 @@ values. Also checks that -t 2 is refused with an explanation. Each run is bounde
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -37,9 +38,13 @@ def sizes(lo, hi, factor):
     return out
 
 
+# ringfoldrun prefixes every forwarded line with its rank, as horovodrun does.
+RANK_PREFIX = re.compile(r"^\[\d+\]<stdout>:")
+
+
 def check_output(name, out, expect_rows, in_place_checked=True):
     errors = []
-    lines = out.splitlines()
+    lines = [RANK_PREFIX.sub("", l) for l in out.splitlines()]
     if HEADER not in lines:
         errors.append("nccl-tests column header missing")
     rows = [l.split() for l in lines if l.strip() and not l.startswith("#")]
