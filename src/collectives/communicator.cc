@@ -29,6 +29,18 @@ std::string messageOf(const std::exception_ptr& error) {
   }
 }
 
+// A raw check mismatch is a local transport failure (a backend may keep its first local
+// failure as the poison), never the reason an abort carried: aborts carry plain errors.
+bool isLocalTransportFailure(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const transport::CheckMismatch&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::exception_ptr makeError(transport::ErrorKind kind, int peer, const std::string& message) {
   try {
     transport::throwError(kind, peer, message);
@@ -174,7 +186,7 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
   if (device_->aborted()) {
     // Another rank aborted first; its reason is what every rank reports.
     final = probeAbortReason();
-    if (!final) final = error;
+    if (!final || isLocalTransportFailure(final)) final = error;
   } else {
     std::string mine = text;
     if (kind == transport::ErrorKind::kIo && std::string_view(text).rfind(collective, 0) != 0) {
@@ -187,7 +199,7 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
     }
     // On a group that aborts atomically (loopback) a concurrent abort may have won instead.
     std::exception_ptr winner = probeAbortReason();
-    if (winner) {
+    if (winner && !isLocalTransportFailure(winner)) {
       std::string w = messageOf(winner);
       if (w != mine && w != original) final = winner;
     }

@@ -1,0 +1,229 @@
+// Every collective over tcp_uring on 127.0.0.1. Ranks as threads (each with its own tcp_uring
+// Device, rendezvous through a HashStore) over a subset of the loopback matrix that still
+// covers every dtype, op, rank count {1,2,3,5,8} and count; and one job of forked processes
+// that starts like a real one (Communicator::fromEnvironment with torchrun's variables, rank 0
+// hosting the TCP store).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "collectives/collectives.h"
+#include "matrix.h"
+#include "reduce/cpu_reducer.h"
+#include "reference.h"
+#include "transport/device.h"
+
+namespace {
+
+using namespace ringfold;
+using namespace ringfold::rftest;
+using namespace std::chrono_literals;
+
+const std::vector<size_t> kCounts = {0, 1, 7, 4097, 40001};
+const std::vector<size_t> kBlockCounts = {0, 1, 7, 1025, 5001};
+
+// Skips (with the reason) when io_uring cannot run here.
+bool tcpUnavailable(std::string& why) {
+  try {
+    transport::createDevice("tcp_uring");
+    return false;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return true;
+  }
+}
+
+GroupOptions tcpGroup() {
+  GroupOptions g;
+  g.transport = "tcp_uring";
+  return g;
+}
+
+class TcpThreads : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (tcpUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
+  }
+};
+
+// dtype d uses op d%5 and counts d%5, (d+2)%5: over the 10 dtypes every op and every count
+// appears (each twice or more) at every rank count.
+TEST_P(TcpThreads, ReducingSubset) {
+  const int n = GetParam();
+  FailureLog log;
+  auto types = reducibleTypes();
+  for (size_t d = 0; d < types.size(); ++d) {
+    const ReduceOp op = static_cast<ReduceOp>(d % kNumReduceOps);
+    std::vector<ReduceCase> cases = {{op, kCounts[d % 5]}, {op, kCounts[(d + 2) % 5]}};
+    if (d == 0) cases.push_back({ReduceOp::kAvg, 4097, 0.5, 3.0});
+    checkAllreduce(n, types[d], cases, {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}, tcpGroup(), log);
+    std::vector<ReduceCase> rs = {{op, kBlockCounts[d % 5]}, {op, kBlockCounts[(d + 2) % 5]}};
+    checkReduceScatter(n, types[d], rs, tcpGroup(), log);
+  }
+  log.report();
+}
+
+TEST_P(TcpThreads, CopyingSubset) {
+  const int n = GetParam();
+  FailureLog log;
+  auto types = allTypes();
+  for (size_t d = 0; d < types.size(); ++d) {
+    const std::vector<size_t> counts = {kBlockCounts[d % 5], kBlockCounts[(d + 3) % 5]};
+    checkAllgather(n, types[d], counts, tcpGroup(), log);
+    checkBroadcast(n, types[d], {kCounts[d % 5]}, tcpGroup(), log);
+    if (d % 2 == 0) checkAllgatherv(n, types[d], counts, tcpGroup(), log);
+    if (d % 2 == 1) checkAlltoall(n, types[d], {counts[0]}, tcpGroup(), log);
+  }
+  log.report();
+}
+
+TEST_P(TcpThreads, MismatchFailsEveryRank) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "needs two ranks";
+  GroupOptions g = tcpGroup();
+  g.timeout = 10s;
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = runRanks(n, [&](Communicator& comm) {
+    std::vector<float> buf(300, 1.0f);
+    AllreduceOptions o;
+    o.sendbuf = o.recvbuf = buf.data();
+    o.count = comm.rank() == n - 1 ? 299 : 300;
+    o.algorithm = AllreduceAlgorithm::kRing;
+    allreduce(comm, o);
+  }, g);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 8s);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(holds<MismatchError>(errors[r])) << "rank " << r << ": " << describe(errors[r]);
+    EXPECT_NE(describe(errors[r]).find("allreduce arguments differ between ranks"), std::string::npos)
+        << describe(errors[r]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TcpUring, TcpThreads, ::testing::ValuesIn(kRankCounts),
+                         [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One rank of the forked job: returns the number of wrong results (exceptions propagate).
+int forkedRank() {
+  auto comm = Communicator::fromEnvironment();
+  comm->setSegmentBytes(4096);
+  comm->setTimeout(20s);
+  const int n = comm->size(), r = comm->rank();
+  auto red = makeCpuReducer();
+  int wrong = 0;
+  for (auto t : {DataType::kFloat32, DataType::kBfloat16, DataType::kInt64}) {
+    for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}) {
+      const size_t count = 20011;
+      std::vector<testref::Bytes> inputs;
+      for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 77));
+      auto want = testref::referenceAllreduce(*red, inputs, count, t, ReduceOp::kSum, 1.0, 1.0,
+                                              algo == AllreduceAlgorithm::kRing);
+      testref::Bytes got(want.size());
+      AllreduceOptions o;
+      o.sendbuf = inputs[r].data();
+      o.recvbuf = got.data();
+      o.count = count;
+      o.dtype = t;
+      o.algorithm = algo;
+      allreduce(*comm, o);
+      if (got != want) {
+        std::fprintf(stderr, "rank %d: allreduce %s wrong\n", r, dataTypeName(t));
+        ++wrong;
+      }
+    }
+  }
+  std::vector<int32_t> all(n * 3), mine = {r, r + 1, r + 2};
+  AllgatherOptions g;
+  g.sendbuf = mine.data();
+  g.recvbuf = all.data();
+  g.sendCount = 3;
+  g.dtype = DataType::kInt32;
+  allgather(*comm, g);
+  for (int i = 0; i < n; ++i) wrong += all[i * 3] != i || all[i * 3 + 2] != i + 2;
+  std::vector<double> b(5000, r == 1 ? 2.5 : 0.0);
+  BroadcastOptions bo;
+  bo.sendbuf = bo.recvbuf = b.data();
+  bo.count = b.size();
+  bo.dtype = DataType::kFloat64;
+  bo.root = 1;
+  broadcast(*comm, bo);
+  for (double v : b) wrong += v != 2.5;
+  barrier(*comm);
+  return wrong;
+}
+
+TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
+  std::string why;
+  if (tcpUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
+  constexpr int kRanks = 3;
+  const int port = freePort();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (const char* v : {"RINGFOLD_RANK", "RINGFOLD_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK",
+                            "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
+                            "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT", "RINGFOLD_SOCKET_IFNAME",
+                            "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+        unsetenv(v);
+      }
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("RINGFOLD_SECRET", "collectives-test-secret", 1);
+      setenv("RINGFOLD_TRANSPORT", "tcp_uring", 1);
+      setenv("RINGFOLD_START_TIMEOUT", "20", 1);
+      int code = 3;
+      try {
+        code = forkedRank() == 0 ? 0 : 1;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 2;
+      }
+      std::fflush(stderr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (int r = 0; r < kRanks; ++r) {
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(pids[r], &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    if (done == 0) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      FAIL() << "rank " << r << " did not finish within 60 s";
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
+  }
+}
+
+}  // namespace
