@@ -45,8 +45,9 @@ rate_bytes() {
 shape() {  # shape NS DEV RATE DELAY
   local ns=$1 dev=$2 rate=$3 delay=$4 bytes burst
   bytes=$(rate_bytes "$rate")
-  # The bucket must hold at least a few timer ticks of traffic, or tbf caps below RATE.
-  burst=$(( bytes / 100 )); (( burst < 524288 )) && burst=524288
+  # A small bucket (1 ms of traffic, at least 128 KiB for GSO segments) keeps short transfers
+  # from running above RATE on the bucket's credit; tbf's hrtimer refills it fast enough.
+  burst=$(( ${BURST_BYTES:-$(( bytes / 1000 ))} )); (( burst < 131072 )) && burst=131072
   if [[ -n "$delay" ]]; then
     ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$delay"
     ip netns exec "$ns" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 50ms
