@@ -101,12 +101,16 @@ std::vector<size_t> alltoallExchangeCounts(Communicator& comm, const std::vector
     f.kind = coll::Kind::kAlltoallCounts;
     f.count = static_cast<uint64_t>(n);
     const uint64_t check = coll::packCheck(f);
-    std::vector<uint64_t> out(sendCounts.begin(), sendCounts.end()), in(n, 0);
+    // In scratch, not on this stack: on failure the device is aborted after unwinding, and a
+    // receive must not land in memory that is already gone.
+    auto* out = reinterpret_cast<uint64_t*>(comm.scratch(2 * n * sizeof(uint64_t)));
+    uint64_t* in = out + n;
+    for (int p = 0; p < n; ++p) out[p] = sendCounts[p];
     in[r] = out[r];
     if (n > 1) {
       coll::Flight flight(comm, n - 1, n - 1);
-      auto& outRegion = flight.region(out.data(), n * sizeof(uint64_t));
-      auto& inRegion = flight.region(in.data(), n * sizeof(uint64_t));
+      auto& outRegion = flight.region(out, n * sizeof(uint64_t));
+      auto& inRegion = flight.region(in, n * sizeof(uint64_t));
       for (int i = 1; i < n; ++i) {
         const int p = sched::mod(r - i, n);
         flight.postRecv(i - 1, p, inRegion, p * sizeof(uint64_t), sizeof(uint64_t), tag, check);
