@@ -45,6 +45,7 @@ struct PeerLink::SocketState {
   bool stalled = false;
   bool down = false;  // the peer closed or reset this socket
   bool afterDirect = false;
+  bool headerOnly = false;  // the next staging recv reads one header (after a large frame)
   std::unique_ptr<std::byte[]> staging{new std::byte[kStagingBytes]};
   size_t begin = 0, end = 0;
   Inbound* direct = nullptr;
@@ -292,7 +293,13 @@ void PeerLink::postStaging(SocketState& s) {
     engine_.poisonIo(rank_, "io_uring refused a submission");
     return;
   }
-  io_uring_prep_recv(sqe, s.sock.fd(), s.staging.get() + s.end, kStagingBytes - s.end, 0);
+  // After a large frame the next one is likely large too: read only its header, so that its
+  // payload lands in place instead of passing through staging (a copy of up to 64 KiB a frame,
+  // measured at ~5% of the CPU of a 2-rank 16 MiB allreduce on loopback). A small frame then
+  // costs one more recv, which only happens while large frames stream.
+  const size_t want = s.headerOnly && s.end == 0 ? kHeader : kStagingBytes - s.end;
+  s.headerOnly = false;
+  io_uring_prep_recv(sqe, s.sock.fd(), s.staging.get() + s.end, want, 0);
   io_uring_sqe_set_data64(sqe, packOp(OpKind::kRecvStaging, s.id, 0));
   s.recvBusy = true;
   // After whole small frames, re-arming can wait for the next submit (the caller's next isend
@@ -421,6 +428,7 @@ void PeerLink::parse(SocketState& s) {
       s.direct = m;
       s.directOffset = h.offset + take;
       s.directLeft = h.length - take;
+      s.headerOnly = h.length >= kStagingBytes;
       postDirect(s);
       return;
     }

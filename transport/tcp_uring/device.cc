@@ -284,7 +284,11 @@ TcpRequest::~TcpRequest() {
 bool TcpRequest::test() {
   if (state_.done) return true;
   if (engine_->poisoned()) engine_->throwPoison();
-  engine_->progress();
+  // A completion may queue an op the kernel can finish at once (the payload after a header
+  // read on its own), so take a few rounds while they make progress; never blocks.
+  for (int round = 0; round < 4 && !state_.done && !engine_->poisoned(); ++round) {
+    if (engine_->progress() == 0) break;
+  }
   if (state_.done) return true;
   if (engine_->poisoned()) engine_->throwPoison();
   return false;
