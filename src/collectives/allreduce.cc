@@ -14,7 +14,18 @@ namespace {
 using coll::Flight;
 using sched::Range;
 
-constexpr size_t kRecvSlots = 4;    // receives posted ahead of the one being folded
+// Reduce-scatter receives land in scratch slots and are posted up to kRecvSlots ahead of the
+// fold, while a rank sends its own contribution (step 0) only kSendLead segments ahead of its
+// fold: a receiver window wider than the sender's lead means segments rarely arrive before
+// their receive (which costs a copy out of the transport's unexpected buffer), and a short lead
+// keeps socket buffers and scratch small and cache-hot. Measured on loopback, 2 ranks, 16 MiB:
+// window 4 / lead 4 gave 2.55 GB/s busbw, 8 / 2 gave 2.85-3.25, 8 / 1 gave 3.66 (MPI: 2.7).
+constexpr size_t kRecvSlots = 8;
+constexpr size_t kSendLead = 1;
+// Allgather receives land in recvbuf and need no scratch, so they are posted further ahead: a
+// receive posted after its message arrived costs a copy out of the transport's unexpected
+// buffer (measured: ~5% of the CPU of a 2-rank 16 MiB allreduce on loopback with a window of 4).
+constexpr size_t kRecvWindow = 32;
 constexpr size_t kSendWindow = 16;  // sends in flight before the oldest is waited for
 
 struct Args {
@@ -118,7 +129,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   const size_t slotElems = std::max<size_t>(1, std::min(segE, sched::chunk(a.count, n, 0).length));
   const size_t slotBytes = slotElems * es;
   std::byte* slots = comm.scratch(kRecvSlots * slotBytes);
-  Flight flight(comm, kRecvSlots, kSendWindow);
+  Flight flight(comm, kRecvWindow, kSendWindow);
   auto& slotRegion = flight.region(slots, kRecvSlots * slotBytes);
   auto& dstRegion = flight.region(a.dst, a.count * es);
   auto& srcRegion = a.src == a.dst ? dstRegion : flight.region(a.src, a.count * es);
@@ -148,7 +159,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   size_t posted = 0, processed = 0;
 
   auto topUpStep0 = [&](bool all = false) {
-    while (sent0 < segments0 && (all || sent0 < processed + kRecvSlots)) {
+    while (sent0 < segments0 && (all || sent0 < processed + kSendLead)) {
       const Range sg = sched::segment(chunk0, segE, sent0);
       if (pre && sg.length > 0) {
         red.scale(a.dst + sg.offset * es, a.src + sg.offset * es, sg.length, a.dtype, a.preScale);
@@ -165,13 +176,15 @@ void ringAllreduce(Communicator& comm, const Args& a) {
     return Unit{0, u.s - 1, u.k} < proc;
   };
   auto postReceives = [&] {
-    while (post.phase < 2 && posted < processed + kRecvSlots && ready(post)) {
+    while (post.phase < 2 && posted < processed + (post.phase == 0 ? kRecvSlots : kRecvWindow) && ready(post)) {
       const Range sg = sched::segment(chunkOf(recvChunk(post)), segE, post.k);
-      const size_t slot = posted % kRecvSlots;
+      const size_t slot = posted % kRecvWindow;
       if (post.phase == 0) {
-        flight.postRecv(slot, left, slotRegion, slot * slotBytes, sg.length * es, tagOf(0, post.s), a.check);
+        const size_t buf = posted % kRecvSlots;
+        flight.postRecv(slot, left, slotRegion, buf * slotBytes, sg.length * es, tagOf(0, post.s), a.check);
       } else {
-        flight.waitSend(keyOf(post.s, post.k));
+        // Step 0's sends read sendbuf out of place, so nothing they read is overwritten.
+        if (post.s > 0 || pre || a.src == a.dst) flight.waitSend(keyOf(post.s, post.k));
         flight.postRecv(slot, left, dstRegion, sg.offset * es, sg.length * es, tagOf(1, post.s), a.check);
       }
       advance(post);
@@ -183,7 +196,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   postReceives();
   while (proc.phase < 2) {
     RF_ENFORCE_GT(posted, processed, "ring pipeline stalled");
-    const size_t slot = processed % kRecvSlots;
+    const size_t slot = processed % kRecvWindow;
     const Range sg = sched::segment(chunkOf(recvChunk(proc)), segE, proc.k);
     flight.waitRecv(slot);
     if (proc.phase == 0) {
@@ -195,7 +208,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
           red.scale(d, own, sg.length, a.dtype, a.preScale);
           own = d;
         }
-        red.reduce(d, slots + slot * slotBytes, own, sg.length, a.dtype, a.op, last ? a.finalScale : 1.0);
+        red.reduce(d, slots + (processed % kRecvSlots) * slotBytes, own, sg.length, a.dtype, a.op, last ? a.finalScale : 1.0);
       }
       if (!last) {
         flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(0, proc.s + 1), a.check,
