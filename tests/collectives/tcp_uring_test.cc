@@ -21,6 +21,7 @@
 #include "reduce/cpu_reducer.h"
 #include "reference.h"
 #include "transport/device.h"
+#include "transport/tcp_test_util.h"
 
 namespace {
 
@@ -42,6 +43,13 @@ bool tcpUnavailable(std::string& why) {
   }
 }
 
+// Odd rank counts run with 2 sockets per peer and a 16 KiB stripe threshold, so that striped
+// messages pass through every collective; even ones with 1 socket (the loopback default).
+test::EnvGuard socketsFor(int ranks) {
+  if (ranks % 2 == 1) return test::EnvGuard{{"RINGFOLD_SOCKETS_PER_PEER", "2"}, {"RINGFOLD_STRIPE_MIN_BYTES", "16K"}};
+  return test::EnvGuard{{"RINGFOLD_SOCKETS_PER_PEER", "1"}};
+}
+
 GroupOptions tcpGroup() {
   GroupOptions g;
   g.transport = "tcp_uring";
@@ -60,6 +68,7 @@ class TcpThreads : public ::testing::TestWithParam<int> {
 // appears (each twice or more) at every rank count.
 TEST_P(TcpThreads, ReducingSubset) {
   const int n = GetParam();
+  auto env = socketsFor(n);
   FailureLog log;
   auto types = reducibleTypes();
   for (size_t d = 0; d < types.size(); ++d) {
@@ -75,6 +84,7 @@ TEST_P(TcpThreads, ReducingSubset) {
 
 TEST_P(TcpThreads, CopyingSubset) {
   const int n = GetParam();
+  auto env = socketsFor(n);
   FailureLog log;
   auto types = allTypes();
   for (size_t d = 0; d < types.size(); ++d) {

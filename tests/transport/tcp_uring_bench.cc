@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   if (ok != 2 || read(fds[0], &result, sizeof(result)) != sizeof(result)) return 1;
   const char* unit = mode == "bw" ? "GB/s" : "us";
   std::printf("%-8s size=%-10zu sockets=%-2s zc=%-4s setup=%-5s median=%.3f %s\n", mode.c_str(), size,
-              getenv("RINGFOLD_SOCKETS_PER_PEER") ? getenv("RINGFOLD_SOCKETS_PER_PEER") : "2",
+              getenv("RINGFOLD_SOCKETS_PER_PEER") ? getenv("RINGFOLD_SOCKETS_PER_PEER") : "auto",
               getenv("RINGFOLD_ZEROCOPY") ? getenv("RINGFOLD_ZEROCOPY") : "auto",
               getenv("RINGFOLD_URING_SETUP") ? getenv("RINGFOLD_URING_SETUP") : "auto", result, unit);
   return 0;

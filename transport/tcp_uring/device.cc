@@ -37,9 +37,13 @@ Tuning Tuning::fromEnvironment() {
   t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
   t.timeout = params::kTimeout.asSeconds();
   t.socketBufferBytes = params::kSocketBufferBytes.asBytes();
-  t.socketsPerPeer = static_cast<int>(params::kSocketsPerPeer.asInt());
-  RF_ENFORCE(t.socketsPerPeer >= 1 && t.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=", t.socketsPerPeer,
-             " must be between 1 and 64");
+  if (params::kSocketsPerPeer.str() == "auto") {
+    t.socketsPerPeer = 0;  // resolved in connect(), once the listen address is known
+  } else {
+    t.socketsPerPeer = static_cast<int>(params::kSocketsPerPeer.asInt());
+    RF_ENFORCE(t.socketsPerPeer >= 1 && t.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=",
+               t.socketsPerPeer, " must be auto or between 1 and 64");
+  }
   return t;
 }
 
@@ -61,8 +65,9 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   o.prefix = prefix;
   o.rank = rank;
   o.size = size;
-  o.socketsPerPeer = tuning_.socketsPerPeer;
   o.listenAddress = listenAddressFromEnvironment();
+  if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
+  o.socketsPerPeer = tuning_.socketsPerPeer;
   o.timeout = timeout;
   std::vector<std::vector<Socket>> mesh = connectMesh(store, o);
   std::vector<PeerLink*> links(size, nullptr);

@@ -44,7 +44,7 @@ struct Tuning {
   std::chrono::microseconds spin{50};
   std::chrono::milliseconds timeout{300000};
   uint64_t socketBufferBytes = 0;
-  int socketsPerPeer = 2;
+  int socketsPerPeer = 0;  // 0: auto (autoSocketsPerPeer)
   static Tuning fromEnvironment();
 };
 

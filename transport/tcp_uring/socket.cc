@@ -87,6 +87,12 @@ bool isLoopback(uint32_t hostOrder) { return (hostOrder >> 24) == 127; }
 
 }  // namespace
 
+int autoSocketsPerPeer(const std::string& listenAddress) {
+  in_addr a{};
+  if (inet_pton(AF_INET, listenAddress.c_str(), &a) == 1 && isLoopback(ntohl(a.s_addr))) return 1;
+  return 2;
+}
+
 std::string chooseListenAddress(const std::string& spec, uint32_t storeAddress,
                                 const std::vector<Interface>& interfaces) {
   if (!spec.empty()) {
