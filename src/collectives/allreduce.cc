@@ -22,10 +22,12 @@ using sched::Range;
 // window 4 / lead 4 gave 2.55 GB/s busbw, 8 / 2 gave 2.85-3.25, 8 / 1 gave 3.66 (MPI: 2.7).
 constexpr size_t kRecvSlots = 8;
 constexpr size_t kSendLead = 1;
-// Allgather receives land in recvbuf and need no scratch, so they are posted further ahead: a
-// receive posted after its message arrived costs a copy out of the transport's unexpected
-// buffer (measured: ~5% of the CPU of a 2-rank 16 MiB allreduce on loopback with a window of 4).
-constexpr size_t kRecvWindow = 32;
+// Allgather receives land in recvbuf and need no scratch, so they have their own cursor and
+// are posted as soon as the region they overwrite has been sent on, up to kGatherWindow ahead:
+// a receive posted after its message arrived costs a copy out of the transport's unexpected
+// buffer (measured: ~5% of the CPU of a 16 MiB allreduce on loopback when allgather receives
+// queued behind the reduce-scatter ones).
+constexpr size_t kGatherWindow = 128;
 constexpr size_t kSendWindow = 16;  // sends in flight before the oldest is waited for
 
 struct Args {
@@ -129,7 +131,9 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   const size_t slotElems = std::max<size_t>(1, std::min(segE, sched::chunk(a.count, n, 0).length));
   const size_t slotBytes = slotElems * es;
   std::byte* slots = comm.scratch(kRecvSlots * slotBytes);
-  Flight flight(comm, kRecvWindow, kSendWindow);
+  // Receive slots: [0, kRecvSlots) reduce-scatter (slot i uses scratch buffer i), then
+  // kGatherWindow allgather slots.
+  Flight flight(comm, kRecvSlots + kGatherWindow, kSendWindow);
   auto& slotRegion = flight.region(slots, kRecvSlots * slotBytes);
   auto& dstRegion = flight.region(a.dst, a.count * es);
   auto& srcRegion = a.src == a.dst ? dstRegion : flight.region(a.src, a.count * es);
@@ -155,8 +159,10 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   const Range chunk0 = chunkOf(sched::ringReduceSendChunk(r, 0, n));
   const size_t segments0 = sched::segmentCount(chunk0.length, segE);
   size_t sent0 = 0;
-  Unit post, proc;
-  size_t posted = 0, processed = 0;
+  Unit rsPost, agPost{1, 0, 0}, proc;  // next reduce-scatter / allgather receive to post; next to fold
+  size_t rsPosted = 0, agPosted = 0, processed = 0, rsUnits = 0;
+  for (int s = 0; s < n - 1; ++s) rsUnits += sched::segmentCount(chunkOf(recvChunk(Unit{0, s, 0})).length, segE);
+  auto agProcessed = [&] { return processed > rsUnits ? processed - rsUnits : 0; };
 
   auto topUpStep0 = [&](bool all = false) {
     while (sent0 < segments0 && (all || sent0 < processed + kSendLead)) {
@@ -169,34 +175,48 @@ void ringAllreduce(Communicator& comm, const Args& a) {
       ++sent0;
     }
   };
-  // An allgather receive may be posted only once the send that reads its region was posted.
-  auto ready = [&](const Unit& u) {
-    if (u.phase == 0) return true;
-    if (u.s == 0) return sent0 > u.k;
-    return Unit{0, u.s - 1, u.k} < proc;
+  // An allgather receive (s, k) overwrites what the reduce-scatter send (s, k) reads (out of
+  // place, step 0's sends read sendbuf, so nothing). It is posted once that send was posted
+  // and has completed; with block=false a send still in flight stops the cursor for now.
+  auto gatherReady = [&](const Unit& u, bool block) {
+    if (u.s == 0 ? sent0 <= u.k : !(Unit{0, u.s - 1, u.k} < proc)) return false;
+    if (u.s == 0 && !pre && a.src != a.dst) return true;
+    if (block) {
+      flight.waitSend(keyOf(u.s, u.k));
+      return true;
+    }
+    return flight.sendDone(keyOf(u.s, u.k));
   };
-  auto postReceives = [&] {
-    while (post.phase < 2 && posted < processed + (post.phase == 0 ? kRecvSlots : kRecvWindow) && ready(post)) {
-      const Range sg = sched::segment(chunkOf(recvChunk(post)), segE, post.k);
-      const size_t slot = posted % kRecvWindow;
-      if (post.phase == 0) {
-        const size_t buf = posted % kRecvSlots;
-        flight.postRecv(slot, left, slotRegion, buf * slotBytes, sg.length * es, tagOf(0, post.s), a.check);
-      } else {
-        // Step 0's sends read sendbuf out of place, so nothing they read is overwritten.
-        if (post.s > 0 || pre || a.src == a.dst) flight.waitSend(keyOf(post.s, post.k));
-        flight.postRecv(slot, left, dstRegion, sg.offset * es, sg.length * es, tagOf(1, post.s), a.check);
-      }
-      advance(post);
-      ++posted;
+  auto postReceives = [&](bool block = false) {
+    while (rsPost.phase == 0 && rsPosted < processed + kRecvSlots) {
+      const Range sg = sched::segment(chunkOf(recvChunk(rsPost)), segE, rsPost.k);
+      const size_t slot = rsPosted % kRecvSlots;
+      flight.postRecv(slot, left, slotRegion, slot * slotBytes, sg.length * es, tagOf(0, rsPost.s), a.check);
+      advance(rsPost);
+      ++rsPosted;
+    }
+    while (agPost.phase == 1 && agPosted < agProcessed() + kGatherWindow && gatherReady(agPost, block)) {
+      const Range sg = sched::segment(chunkOf(recvChunk(agPost)), segE, agPost.k);
+      flight.postRecv(kRecvSlots + agPosted % kGatherWindow, left, dstRegion, sg.offset * es, sg.length * es,
+                      tagOf(1, agPost.s), a.check);
+      advance(agPost);
+      ++agPosted;
+      block = false;
     }
   };
 
   topUpStep0();
   postReceives();
   while (proc.phase < 2) {
-    RF_ENFORCE_GT(posted, processed, "ring pipeline stalled");
-    const size_t slot = processed % kRecvWindow;
+    size_t slot;
+    if (proc.phase == 0) {
+      RF_ENFORCE_GT(rsPosted, processed, "ring pipeline stalled");
+      slot = processed % kRecvSlots;
+    } else {
+      if (agPosted == agProcessed()) postReceives(true);  // its send is the only thing left to wait for
+      RF_ENFORCE_GT(agPosted, agProcessed(), "ring pipeline stalled");
+      slot = kRecvSlots + agProcessed() % kGatherWindow;
+    }
     const Range sg = sched::segment(chunkOf(recvChunk(proc)), segE, proc.k);
     flight.waitRecv(slot);
     if (proc.phase == 0) {
@@ -208,7 +228,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
           red.scale(d, own, sg.length, a.dtype, a.preScale);
           own = d;
         }
-        red.reduce(d, slots + (processed % kRecvSlots) * slotBytes, own, sg.length, a.dtype, a.op, last ? a.finalScale : 1.0);
+        red.reduce(d, slots + slot * slotBytes, own, sg.length, a.dtype, a.op, last ? a.finalScale : 1.0);
       }
       if (!last) {
         flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(0, proc.s + 1), a.check,
@@ -225,7 +245,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
     postReceives();
   }
   topUpStep0(true);  // a block with more segments than this rank receives
-    flight.waitAllSends();
+  flight.waitAllSends();
 }
 
 }  // namespace

@@ -39,34 +39,52 @@ void Flight::waitRecv(size_t slot) {
 
 void Flight::postSend(int peer, const transport::MemoryRegion& region, size_t offset, size_t length,
                       uint64_t tag, uint64_t check, uint64_t key) {
-  if (tail_ - head_ == sendWindow_) popOldestSend();
+  if (tail_ - head_ == sendWindow_) popOldestSend(true);
   const size_t slot = tail_ % sendWindow_;
   requests_[recvSlots_ + slot] = comm_.peer(peer).isend(region, offset, length, tag, check);
   keys_[slot] = key;
   ++tail_;
 }
 
-void Flight::popOldestSend() {
+bool Flight::popOldestSend(bool block) {
   const size_t slot = head_ % sendWindow_;
   auto& request = requests_[recvSlots_ + slot];
-  request->wait(comm_.timeout());
+  if (block) {
+    request->wait(comm_.timeout());
+  } else if (!request->test()) {
+    return false;
+  }
   request.reset();
   keys_[slot] = 0;
   ++head_;
+  return true;
 }
 
 void Flight::waitSend(uint64_t key) {
   if (key == 0) return;
   for (size_t i = head_; i < tail_; ++i) {
     if (keys_[i % sendWindow_] == key) {
-      while (head_ <= i) popOldestSend();
+      while (head_ <= i) popOldestSend(true);
       return;
     }
   }
 }
 
+bool Flight::sendDone(uint64_t key) {
+  if (key == 0) return true;
+  for (size_t i = head_; i < tail_; ++i) {
+    if (keys_[i % sendWindow_] == key) {
+      while (head_ <= i) {
+        if (!popOldestSend(false)) return false;
+      }
+      return true;
+    }
+  }
+  return true;
+}
+
 void Flight::waitAllSends() {
-  while (head_ < tail_) popOldestSend();
+  while (head_ < tail_) popOldestSend(true);
 }
 
 size_t byteSize(const char* coll, int rank, size_t count, DataType dtype) {

@@ -46,10 +46,13 @@ class Flight {
   // Waits until the send posted with `key` (and every older one) is complete; returns at once if
   // it already is or was never posted.
   void waitSend(uint64_t key);
+  // Non-blocking waitSend(): whether the send posted with `key` (and every older one) is
+  // complete, retiring those that are.
+  bool sendDone(uint64_t key);
   void waitAllSends();
 
  private:
-  void popOldestSend();
+  bool popOldestSend(bool block);
 
   Communicator& comm_;
   std::vector<std::unique_ptr<transport::Request>>& requests_;
