@@ -160,9 +160,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   const size_t segments0 = sched::segmentCount(chunk0.length, segE);
   size_t sent0 = 0;
   Unit rsPost, agPost{1, 0, 0}, proc;  // next reduce-scatter / allgather receive to post; next to fold
-  size_t rsPosted = 0, agPosted = 0, processed = 0, rsUnits = 0;
-  for (int s = 0; s < n - 1; ++s) rsUnits += sched::segmentCount(chunkOf(recvChunk(Unit{0, s, 0})).length, segE);
-  auto agProcessed = [&] { return processed > rsUnits ? processed - rsUnits : 0; };
+  size_t rsPosted = 0, agPosted = 0, processed = 0, agProcessed = 0;  // agProcessed: allgather units folded
 
   auto topUpStep0 = [&](bool all = false) {
     while (sent0 < segments0 && (all || sent0 < processed + kSendLead)) {
@@ -181,11 +179,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   auto gatherReady = [&](const Unit& u, bool block) {
     if (u.s == 0 ? sent0 <= u.k : !(Unit{0, u.s - 1, u.k} < proc)) return false;
     if (u.s == 0 && !pre && a.src != a.dst) return true;
-    if (block) {
-      flight.waitSend(keyOf(u.s, u.k));
-      return true;
-    }
-    return flight.sendDone(keyOf(u.s, u.k));
+    return flight.retireSend(keyOf(u.s, u.k), block);
   };
   auto postReceives = [&](bool block = false) {
     while (rsPost.phase == 0 && rsPosted < processed + kRecvSlots) {
@@ -195,7 +189,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
       advance(rsPost);
       ++rsPosted;
     }
-    while (agPost.phase == 1 && agPosted < agProcessed() + kGatherWindow && gatherReady(agPost, block)) {
+    while (agPost.phase == 1 && agPosted < agProcessed + kGatherWindow && gatherReady(agPost, block)) {
       const Range sg = sched::segment(chunkOf(recvChunk(agPost)), segE, agPost.k);
       flight.postRecv(kRecvSlots + agPosted % kGatherWindow, left, dstRegion, sg.offset * es, sg.length * es,
                       tagOf(1, agPost.s), a.check);
@@ -213,9 +207,9 @@ void ringAllreduce(Communicator& comm, const Args& a) {
       RF_ENFORCE_GT(rsPosted, processed, "ring pipeline stalled");
       slot = processed % kRecvSlots;
     } else {
-      if (agPosted == agProcessed()) postReceives(true);  // its send is the only thing left to wait for
-      RF_ENFORCE_GT(agPosted, agProcessed(), "ring pipeline stalled");
-      slot = kRecvSlots + agProcessed() % kGatherWindow;
+      if (agPosted == agProcessed) postReceives(true);  // its send is the only thing left to wait for
+      RF_ENFORCE_GT(agPosted, agProcessed, "ring pipeline stalled");
+      slot = kRecvSlots + agProcessed % kGatherWindow;
     }
     const Range sg = sched::segment(chunkOf(recvChunk(proc)), segE, proc.k);
     flight.waitRecv(slot);
@@ -239,6 +233,7 @@ void ringAllreduce(Communicator& comm, const Args& a) {
     } else if (proc.s < n - 2) {
       flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(1, proc.s + 1), a.check);
     }
+    if (proc.phase == 1) ++agProcessed;
     advance(proc);
     ++processed;
     topUpStep0();

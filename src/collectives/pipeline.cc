@@ -60,22 +60,12 @@ bool Flight::popOldestSend(bool block) {
   return true;
 }
 
-void Flight::waitSend(uint64_t key) {
-  if (key == 0) return;
-  for (size_t i = head_; i < tail_; ++i) {
-    if (keys_[i % sendWindow_] == key) {
-      while (head_ <= i) popOldestSend(true);
-      return;
-    }
-  }
-}
-
-bool Flight::sendDone(uint64_t key) {
+bool Flight::retireSend(uint64_t key, bool block) {
   if (key == 0) return true;
   for (size_t i = head_; i < tail_; ++i) {
     if (keys_[i % sendWindow_] == key) {
       while (head_ <= i) {
-        if (!popOldestSend(false)) return false;
+        if (!popOldestSend(block)) return false;
       }
       return true;
     }

@@ -43,12 +43,11 @@ class Flight {
   // `key` (nonzero) names the send for waitSend().
   void postSend(int peer, const transport::MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
                 uint64_t check, uint64_t key = 0);
-  // Waits until the send posted with `key` (and every older one) is complete; returns at once if
-  // it already is or was never posted.
-  void waitSend(uint64_t key);
-  // Non-blocking waitSend(): whether the send posted with `key` (and every older one) is
-  // complete, retiring those that are.
-  bool sendDone(uint64_t key);
+  // Retires the send posted with `key` and every older one, in order, and returns true once
+  // they are all complete (at once if it already is or was never posted). With block=false it
+  // never waits: it stops at the first send still in flight and returns false.
+  bool retireSend(uint64_t key, bool block);
+  void waitSend(uint64_t key) { retireSend(key, true); }
   void waitAllSends();
 
  private:
