@@ -76,6 +76,7 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const std::string transportName =
       info.size == 1 && !params::kTransport.isSet() ? "loopback" : "";
   auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName));
+  comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), "rf");
   comm->keepAlive(std::move(job));
   return comm;
 }
@@ -119,6 +120,38 @@ void Communicator::setTuning(CollectiveTuning tuning) {
     RF_THROW(InvalidArgument, params::kAlgo.name, "='", a, "' is not an allreduce algorithm; use auto, ring or direct");
   }
   tuning_ = std::move(tuning);
+}
+
+void Communicator::setStore(std::shared_ptr<rendezvous::Store> store, std::string prefix) {
+  store_ = std::move(store);
+  storePrefix_ = std::move(prefix);
+}
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks, const std::string& name) {
+  RF_ENFORCE(store_ != nullptr, "split: this communicator was built without a store");
+  int newRank = -1;
+  std::vector<bool> seen(size_, false);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= size_ || seen[r]) {
+      RF_THROW(InvalidArgument, "split '", name, "': rank ", r,
+               (r < 0 || r >= size_ ? " is out of range" : " appears twice"), " (group of ", size_, ")");
+    }
+    seen[r] = true;
+    if (r == rank_) newRank = static_cast<int>(i);
+  }
+  if (newRank < 0) RF_THROW(InvalidArgument, "split '", name, "': rank ", rank_, " is not a member");
+  const std::string prefix = storePrefix_ + "/split/" + name;
+  auto device = transport::createDevice(device_->name());
+  auto peers = device->connectAll(*store_, prefix, newRank, static_cast<int>(ranks.size()),
+                                  params::kStartTimeout.asSeconds());
+  auto comm = std::make_unique<Communicator>(newRank, static_cast<int>(ranks.size()), std::move(device),
+                                             std::move(peers), makeCpuReducer());
+  comm->setStore(store_, prefix);
+  comm->setTimeout(timeout_);
+  comm->segmentBytes_ = segmentBytes_;
+  comm->tuning_ = tuning_;
+  return comm;
 }
 
 std::byte* Communicator::scratch(size_t bytes, int slot) {

@@ -82,6 +82,18 @@ class Communicator {
   // allocates nothing. Distinct slots are distinct buffers.
   std::byte* scratch(size_t bytes, int slot = 0);
 
+  // The store the group met through, and its key prefix; split() needs them. fromEnvironment()
+  // sets them; code that builds a communicator by hand calls this.
+  void setStore(std::shared_ptr<rendezvous::Store> store, std::string prefix);
+
+  // A communicator over `ranks` (ranks of this one, distinct; the new rank i is ranks[i]),
+  // with a fresh device of the same backend, connected through this group's store under
+  // "<prefix>/split/<name>". Every rank in `ranks` calls it with the same arguments; other
+  // ranks do not call it. `name` must be new for this group. Timeout, segment size and tuning
+  // are inherited. Throws InvalidArgument if this rank is not in `ranks` or a rank is out of
+  // range or repeated.
+  std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name);
+
   // Keeps `resource` alive as long as the communicator (e.g. the store and its server).
   void keepAlive(std::shared_ptr<void> resource) { keepAlive_.push_back(std::move(resource)); }
 
@@ -119,6 +131,8 @@ class Communicator {
   std::exception_ptr probeAbortReason();
 
   std::vector<std::shared_ptr<void>> keepAlive_;  // first member: destroyed last
+  std::shared_ptr<rendezvous::Store> store_;
+  std::string storePrefix_;
   int rank_;
   int size_;
   std::unique_ptr<transport::Device> device_;

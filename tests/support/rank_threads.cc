@@ -29,6 +29,7 @@ std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Comm
         auto peers = device->connectAll(store, "test", r, size, options.connectTimeout);
         comms[r] = std::make_unique<Communicator>(r, size, std::move(device), std::move(peers),
                                                   makeCpuReducer());
+        comms[r]->setStore(std::shared_ptr<rendezvous::Store>(&store, [](rendezvous::Store*) {}), "test");
         comms[r]->setTimeout(options.timeout);
         comms[r]->setSegmentBytes(options.segmentBytes);
         body(*comms[r]);
