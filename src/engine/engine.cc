@@ -1,0 +1,548 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+#include "collectives/collectives.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "rendezvous/bootstrap.h"
+
+namespace ringfold::engine {
+
+namespace {
+
+constexpr const char* kProcessSetChange = "__ringfold.process_set_change";
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
+// Maps what a collective threw to a status code.
+StatusCode codeOf(const std::exception& e) {
+  if (dynamic_cast<const IoError*>(&e)) return StatusCode::kAborted;
+  if (dynamic_cast<const InvalidArgument*>(&e) || dynamic_cast<const MismatchError*>(&e)) {
+    return StatusCode::kInvalidArgument;
+  }
+  return StatusCode::kUnknownError;
+}
+
+}  // namespace
+
+EngineOptions EngineOptions::fromParams() {
+  EngineOptions o;
+  o.fusionThresholdBytes = params::kFusionThreshold.asBytes();
+  o.cycleTimeMs = params::kCycleTime.asDouble();
+  if (!(o.cycleTimeMs >= 0 && o.cycleTimeMs <= 60000)) {
+    RF_THROW(InvalidArgument, params::kCycleTime.name, "=", o.cycleTimeMs, " must be between 0 and 60000 ms");
+  }
+  const int64_t capacity = params::kCacheCapacity.asInt();
+  if (capacity < 0 || capacity > (1 << 20)) {
+    RF_THROW(InvalidArgument, params::kCacheCapacity.name, "=", capacity, " must be between 0 and 1048576");
+  }
+  o.cacheCapacity = static_cast<size_t>(capacity);
+  o.disableGroupFusion = params::kDisableGroupFusion.asBool();
+  o.dynamicProcessSets = params::kDynamicProcessSets.asBool();
+  o.stallWarning = params::kStallCheckDisable.asBool() ? std::chrono::milliseconds(0)
+                                                        : params::kStallCheckTime.asSeconds();
+  o.stallShutdown = params::kStallShutdownTime.asSeconds();
+  o.timelinePath = params::kTimeline.str();
+  o.timelineMarkCycles = params::kTimelineMarkCycles.asBool();
+  o.autotune = params::kAutotune.asBool();
+  if (o.autotune) o.autotuneOptions = autotuneOptionsFromParams();
+  return o;
+}
+
+Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topology topology)
+    : rank_(world->rank()),
+      size_(world->size()),
+      topology_(topology),
+      options_(std::move(options)),
+      operations_(&timeline_),
+      tuned_{options_.fusionThresholdBytes, options_.cycleTimeMs} {
+  std::vector<int> everyone(size_);
+  for (int r = 0; r < size_; ++r) everyone[r] = r;
+  Communicator& global = *world;
+  sets_.push_back(std::make_unique<ProcessSet>(0, everyone, std::move(world), size_, options_.cacheCapacity));
+  inFlight_.emplace_back();
+
+  // Static process sets: every rank must pass the same ones. Agree on a digest first, so that a
+  // mismatch is the same clear error on every rank instead of a split that never connects.
+  std::ostringstream text;
+  for (auto& ranks : options_.processSets) {
+    std::sort(ranks.begin(), ranks.end());
+    text << rankList(ranks) << ';';
+  }
+  uint64_t digest = std::hash<std::string>{}(text.str());
+  std::vector<uint64_t> digests(size_);
+  allgather(global, {&digest, digests.data(), 1, DataType::kUint64});
+  for (int r = 0; r < size_; ++r) {
+    if (digests[r] != digests[0]) {
+      RF_THROW(InvalidArgument, "the process sets passed to init differ between ranks (rank ", r,
+               " disagrees with rank 0); every rank must pass the same sets");
+    }
+  }
+  for (const auto& ranks : options_.processSets) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] < 0 || ranks[i] >= size_ || (i && ranks[i] == ranks[i - 1])) {
+        RF_THROW(InvalidArgument, "process set [", rankList(ranks), "]: rank ", ranks[i],
+                 ranks[i] < 0 || ranks[i] >= size_ ? " is out of range" : " appears twice");
+      }
+    }
+    if (ranks.empty()) RF_THROW(InvalidArgument, "a process set needs at least one rank");
+    const int id = static_cast<int>(sets_.size());
+    const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
+    auto comm = member ? global.split(ranks, "ps" + std::to_string(id)) : nullptr;
+    sets_.push_back(std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity));
+    inFlight_.emplace_back();
+  }
+
+  if (rank_ == 0 && !options_.timelinePath.empty() && options_.timelinePath != "DYNAMIC") {
+    timeline_.start(options_.timelinePath, options_.timelineMarkCycles);
+  }
+  if (rank_ == 0 && options_.autotune) {
+    autotuner_ = std::make_unique<Autotuner>(tuned_, options_.autotuneOptions);
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    RF_LOG(kWarning) << "engine shutdown: " << e.what();
+  }
+}
+
+std::unique_ptr<Engine> Engine::fromEnvironment(std::vector<std::vector<int>> processSets,
+                                                std::optional<bool> dynamicProcessSets) {
+  EngineOptions options = EngineOptions::fromParams();
+  options.processSets = std::move(processSets);
+  if (dynamicProcessSets) options.dynamicProcessSets = *dynamicProcessSets;
+  const rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
+  Topology topology{info.localRank, info.localSize, info.crossRank, info.crossSize};
+  return std::make_unique<Engine>(Communicator::fromEnvironment(), std::move(options), topology);
+}
+
+// ---- the caller's side ----------------------------------------------------------------------
+
+ProcessSet* Engine::findSet(int id) const {
+  if (id < 0 || id >= static_cast<int>(sets_.size()) || !sets_[id]) return nullptr;
+  return sets_[id].get();
+}
+
+std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
+  std::vector<TensorEntry> entries;
+  std::vector<int> sets;
+  const std::string group = args.size() > 1 ? "group:" + args.front().name : "";
+  for (TensorArgs& a : args) {
+    const int64_t elements = [&] {
+      int64_t n = 1;
+      for (int64_t d : a.shape) {
+        if (d < 0) RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': negative dimension in shape ", shapeString(a.shape));
+        n *= d;
+      }
+      return n;
+    }();
+    if (a.name.empty()) RF_THROW(InvalidArgument, opTypeLowerName(a.op), ": a tensor needs a name");
+    if (a.name.size() > kMaxNameBytes) RF_THROW(InvalidArgument, "tensor name of ", a.name.size(), " bytes is longer than ", kMaxNameBytes);
+    const bool data = a.op != OpType::kJoin && a.op != OpType::kBarrier && a.op != OpType::kAddProcessSet &&
+                      a.op != OpType::kRemoveProcessSet;
+    if (data && elements > 0 && a.input == nullptr) {
+      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': input is null");
+    }
+    if ((a.op == OpType::kAllreduce || a.op == OpType::kBroadcast) && elements > 0 && a.output == nullptr) {
+      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': output is null");
+    }
+    if (static_cast<int>(a.dtype) >= kNumDataTypes || static_cast<int>(a.reduceOp) >= kNumReduceOps) {
+      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': unknown dtype or reduce op");
+    }
+    TensorEntry e;
+    e.request.op = a.op;
+    e.request.name = a.name;
+    e.request.dtype = a.dtype;
+    e.request.reduceOp = a.reduceOp;
+    e.request.root = a.root;
+    e.request.device = a.device;
+    e.request.preScale = a.preScale;
+    e.request.postScale = a.postScale;
+    e.request.shape = a.shape;
+    e.request.splits = a.splits;
+    e.request.group = group;
+    e.request.groupSize = group.empty() ? 0 : static_cast<int32_t>(args.size());
+    e.input = a.input;
+    e.output = a.output;
+    entries.push_back(std::move(e));
+    sets.push_back(a.processSet);
+  }
+  return enqueueInternal(std::move(entries), sets);
+}
+
+Handle Engine::enqueue(TensorArgs args) {
+  std::vector<TensorArgs> one;
+  one.push_back(std::move(args));
+  return enqueueGroup(std::move(one)).front();
+}
+
+std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets) {
+  std::vector<Handle> handles;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_.empty()) RF_THROW(Error, failure_);
+  if (shutdownRequested_ || !running_) {
+    RF_THROW(Error, "ringfold has been shut down: no operation can be submitted after shutdown()");
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int id = sets[i];
+    const std::string& name = entries[i].request.name;
+    ProcessSet* set = findSet(id);
+    if (!set) RF_THROW(InvalidArgument, opTypeLowerName(entries[i].request.op), " '", name, "': unknown process set ", id);
+    if (!set->included()) {
+      RF_THROW(InvalidArgument, opTypeLowerName(entries[i].request.op), " '", name, "': rank ", rank_,
+               " is not in process set ", id, " (ranks ", rankList(set->ranks()), ")");
+    }
+    bool duplicate = inFlight_[id].count(name) > 0;
+    for (size_t j = 0; j < i; ++j) duplicate = duplicate || (sets[j] == id && entries[j].request.name == name);
+    if (duplicate) {
+      RF_THROW(InvalidArgument, opTypeLowerName(entries[i].request.op), " '", name,
+               "': a tensor with this name is already in flight", id ? " in process set " + std::to_string(id) : "",
+               "; a name can be reused only after its previous operation has completed");
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry& e = entries[i];
+    e.request.rank = sets_[sets[i]]->rank();
+    e.handle = handles_.create();
+    e.enqueued = now;
+    handles.push_back(e.handle);
+    inFlight_[sets[i]].insert(e.request.name);
+    queue_.emplace_back(sets[i], std::move(e));
+  }
+  return handles;
+}
+
+Handle Engine::join(int processSet) {
+  TensorArgs a;
+  a.op = OpType::kJoin;
+  a.name = "__ringfold.join";
+  a.processSet = processSet;
+  return enqueue(std::move(a));
+}
+
+Handle Engine::barrier(int processSet) {
+  TensorArgs a;
+  a.op = OpType::kBarrier;
+  a.name = "__ringfold.barrier";
+  a.processSet = processSet;
+  return enqueue(std::move(a));
+}
+
+namespace {
+// Waits for `handle`, releases it, and returns its result (throws its error).
+Result waitFor(HandleTable& handles, Handle handle) {
+  const Result* r = handles.wait(handle);
+  Result out;
+  out.status = r->status;
+  out.processSetId = r->processSetId;
+  handles.release(handle);
+  if (!out.status.ok()) {
+    if (out.status.code == StatusCode::kInvalidArgument || out.status.code == StatusCode::kPreconditionError) {
+      RF_THROW(InvalidArgument, out.status.message);
+    }
+    RF_THROW(Error, out.status.message);
+  }
+  return out;
+}
+}  // namespace
+
+int Engine::addProcessSet(std::vector<int> ranks) {
+  if (!options_.dynamicProcessSets) {
+    RF_THROW(InvalidArgument, "add_process_set: process sets can be added after init only in dynamic mode "
+                              "(RINGFOLD_DYNAMIC_PROCESS_SETS=1, or init with dynamic process sets)");
+  }
+  std::sort(ranks.begin(), ranks.end());
+  TensorArgs a;
+  a.op = OpType::kAddProcessSet;
+  a.name = kProcessSetChange;
+  for (int r : ranks) a.shape.push_back(r);
+  return waitFor(handles_, enqueue(std::move(a))).processSetId;
+}
+
+void Engine::removeProcessSet(int id) {
+  if (!options_.dynamicProcessSets) {
+    RF_THROW(InvalidArgument, "remove_process_set: process sets can be removed only in dynamic mode "
+                              "(RINGFOLD_DYNAMIC_PROCESS_SETS=1, or init with dynamic process sets)");
+  }
+  TensorArgs a;
+  a.op = OpType::kRemoveProcessSet;
+  a.name = kProcessSetChange;
+  a.root = id;
+  waitFor(handles_, enqueue(std::move(a)));
+}
+
+std::vector<int> Engine::processSetIds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> ids;
+  for (const auto& s : sets_) {
+    if (s) ids.push_back(s->id());
+  }
+  return ids;
+}
+
+std::vector<int> Engine::processSetRanks(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ProcessSet* set = findSet(id);
+  if (!set) RF_THROW(InvalidArgument, "unknown process set ", id);
+  return set->ranks();
+}
+
+int Engine::processSetRank(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ProcessSet* set = findSet(id);
+  if (!set) RF_THROW(InvalidArgument, "unknown process set ", id);
+  return set->rank();
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdownRequested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  timeline_.stop();
+}
+
+void Engine::startTimeline(const std::string& path, bool markCycles) {
+  if (rank_ == 0) timeline_.start(path, markCycles);
+}
+
+void Engine::stopTimeline() {
+  if (rank_ == 0) timeline_.stop();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+TunableSettings Engine::settings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuned_;
+}
+
+// ---- the background thread ------------------------------------------------------------------
+
+void Engine::loop() {
+  auto last = std::chrono::steady_clock::now();
+  while (true) {
+    const auto start = std::chrono::steady_clock::now();
+    bool go = false;
+    try {
+      go = cycle();
+    } catch (const std::exception& e) {
+      failAll(codeOf(e), e.what());
+      break;
+    }
+    if (autotuner_) {
+      const uint64_t bytes = operations_.bytesMoved() - tunedBytes_;
+      if (bytes > 0) {
+        tunedBytes_ = operations_.bytesMoved();
+        const double seconds = std::chrono::duration<double>(start - last).count();
+        if (autotuner_->record(bytes, seconds)) tunePending_ = true;
+      }
+    }
+    last = start;
+    if (!go) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto period = std::chrono::duration<double, std::milli>(tuned_.cycleTimeMs);
+    wake_.wait_until(lock, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(period),
+                     [&] { return shutdownRequested_; });
+  }
+  running_ = false;
+}
+
+bool Engine::cycle() {
+  if (timeline_.active() && timeline_.markCycles()) timeline_.cycleStart();
+  std::vector<std::pair<int, TensorEntry>> drained;
+  bool wantShutdown;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drained.swap(queue_);
+    wantShutdown = shutdownRequested_;
+  }
+  for (auto& [id, entry] : drained) {
+    ProcessSet* set = findSet(id);
+    if (!set) {
+      completeError(id, entry, StatusCode::kPreconditionError,
+                    detail::concat("process set ", id, " was removed before '", entry.request.name, "' ran"));
+      continue;
+    }
+    const std::string name = entry.request.name;
+    if (!set->add(std::move(entry))) {
+      completeError(id, entry, StatusCode::kPreconditionError, *set->takeFailure(name));
+    }
+  }
+
+  NegotiationSettings ns{options_.stallWarning, options_.stallShutdown, rank_ == 0 ? &timeline_ : nullptr};
+  ProcessSet& global = *sets_[0];
+  CycleResult g = global.negotiate(wantShutdown, tunePending_, ns);
+  if (g.tuned) {
+    // Rank 0's tuner changed the settings: everyone adopts them now, before planning batches.
+    TunableSettings t = autotuner_ ? autotuner_->current() : tuned_;
+    broadcast(global.comm(), {&t, &t, sizeof t, DataType::kUint8, 0});
+    tunePending_ = false;
+    std::lock_guard<std::mutex> lock(mu_);
+    tuned_ = t;
+  }
+  auto count = [&](const CycleResult& c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.cacheHits += c.cacheHits;
+    stats_.coordinatorRounds += c.coordinated ? 1 : 0;
+  };
+  count(g);
+  runSet(global, std::move(g.responses));
+  for (size_t id = 1; id < sets_.size(); ++id) {
+    ProcessSet* set = sets_[id].get();
+    if (!set || !set->included()) continue;
+    CycleResult c = set->negotiate(false, false, ns);
+    count(c);
+    runSet(*set, std::move(c.responses));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.cycles;
+  }
+  if (g.shutdown) {
+    failAll(StatusCode::kPreconditionError,
+            "ringfold was shut down (shutdown() was called on at least one rank) before this operation ran");
+    return false;
+  }
+  return true;
+}
+
+void Engine::complete(int set, TensorEntry& entry, Result result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (set < static_cast<int>(inFlight_.size())) inFlight_[set].erase(entry.request.name);
+  }
+  handles_.complete(entry.handle, std::move(result));
+}
+
+void Engine::completeError(int set, TensorEntry& entry, StatusCode code, const std::string& message) {
+  Result r;
+  r.status = {code, message};
+  complete(set, entry, std::move(r));
+}
+
+void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
+  std::vector<Response> work;
+  for (Response& r : responses) {
+    if (r.error) {
+      if (auto e = set.take(r.name)) {
+        completeError(set.id(), *e, StatusCode::kPreconditionError, r.errorMessage);
+      } else {
+        set.recordFailure(r);
+      }
+      continue;
+    }
+    switch (r.op) {
+      case OpType::kJoin:
+        if (auto e = set.take(r.name)) {
+          Result res;
+          res.lastJoinedRank = r.lastJoinedRank;
+          complete(set.id(), *e, std::move(res));
+        }
+        break;
+      case OpType::kAddProcessSet:
+      case OpType::kRemoveProcessSet:
+        applyControl(r, set);
+        break;
+      default:
+        work.push_back(std::move(r));
+    }
+  }
+  uint64_t threshold;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threshold = tuned_.fusionThresholdBytes;
+  }
+  for (const Batch& batch : planBatches(work, threshold, options_.disableGroupFusion)) {
+    std::vector<std::optional<TensorEntry>> entries;
+    for (size_t i : batch.members) entries.push_back(set.take(work[i].name));
+    std::vector<Result> results;
+    try {
+      results = operations_.run(set, work, batch, entries);
+    } catch (const std::exception& e) {
+      for (auto& entry : entries) {
+        if (entry) completeError(set.id(), *entry, codeOf(e), e.what());
+      }
+      throw;  // the communicator is poisoned: the engine stops with this error
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.batches;
+      for (const auto& entry : entries) stats_.tensorsRun += entry ? 1 : 0;
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i]) complete(set.id(), *entries[i], std::move(results[i]));
+    }
+  }
+}
+
+void Engine::applyControl(const Response& r, ProcessSet& global) {
+  std::optional<TensorEntry> entry = global.take(r.name);
+  Result res;
+  if (r.op == OpType::kAddProcessSet) {
+    std::vector<int> ranks(r.shape.begin(), r.shape.end());
+    const int id = static_cast<int>(sets_.size());
+    const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
+    auto comm = member ? global.comm().split(ranks, "ps" + std::to_string(id)) : nullptr;
+    auto set = std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sets_.push_back(std::move(set));
+      inFlight_.emplace_back();
+    }
+    res.processSetId = id;
+  } else {
+    const int id = r.root;
+    ProcessSet* set = findSet(id);
+    if (id == 0 || !set) {
+      res.status = {StatusCode::kInvalidArgument,
+                    id == 0 ? "remove_process_set: the global process set (id 0) cannot be removed"
+                            : "remove_process_set: unknown process set " + std::to_string(id)};
+    } else {
+      for (TensorEntry& e : set->takeAll()) {
+        completeError(id, e, StatusCode::kPreconditionError,
+                      detail::concat("process set ", id, " was removed before '", e.request.name, "' ran"));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      sets_[id].reset();
+    }
+  }
+  if (entry) complete(0, *entry, std::move(res));
+}
+
+void Engine::failAll(StatusCode code, const std::string& message) {
+  std::vector<std::pair<int, TensorEntry>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty()) {
+      failure_ = message;
+      failureCode_ = code;
+    }
+    queued.swap(queue_);
+  }
+  for (auto& [id, e] : queued) completeError(id, e, code, message);
+  for (auto& set : sets_) {
+    if (!set) continue;
+    for (TensorEntry& e : set->takeAll()) completeError(set->id(), e, code, message);
+  }
+}
+
+}  // namespace ringfold::engine

@@ -1,0 +1,172 @@
+// Engine: Horovod's background engine. Framework plugins enqueue tensors one at a time, by name,
+// in any order, from any thread; the engine matches them across ranks, fuses small ones, runs
+// the collectives and completes each tensor's handle.
+//
+// One background thread per engine loops once per cycle time (RINGFOLD_CYCLE_TIME):
+//   1. drain the queue of new tensors into their process sets;
+//   2. for each process set this rank belongs to, in id order: negotiate (process_set.h: the
+//      cached fast path, else the coordinator), plan batches (fusion.h), and run them
+//      (operations.h), completing handles; errors the group agreed on complete handles with
+//      that error on every rank;
+//   3. apply agreed control changes: shutdown, tuned settings (autotune.h), process sets added
+//      or removed (these run as negotiated operations on the global set, so every rank applies
+//      them at the same point).
+//
+// Contract
+//   * enqueue() checks what it can check locally and throws InvalidArgument (bad argument, a
+//     name already in flight in that set, unknown set, this rank not in the set) or
+//     PreconditionError-like Error (after shutdown, or after the engine failed); otherwise it
+//     returns a handle that the engine completes exactly once.
+//   * Disagreements between ranks (shape, dtype, op, root, device, ...) complete the tensor's
+//     handle on every rank with the same error, naming the tensor and the ranks that differ.
+//   * A peer that dies fails every pending handle on every rank with an IoError-derived
+//     message (kAborted) within the communicator's timeout; the engine is then unusable.
+//   * shutdown() on any rank stops every rank's engine at the same cycle; pending handles
+//     complete with a shutdown error. The destructor shuts down.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "engine/autotune.h"
+#include "engine/handle_table.h"
+#include "engine/message.h"
+#include "engine/operations.h"
+#include "engine/process_set.h"
+#include "engine/timeline.h"
+
+namespace ringfold::engine {
+
+struct EngineOptions {
+  uint64_t fusionThresholdBytes = 128ull << 20;
+  double cycleTimeMs = 1.0;
+  size_t cacheCapacity = 1024;
+  bool disableGroupFusion = false;
+  bool dynamicProcessSets = false;
+  std::vector<std::vector<int>> processSets;  // static sets (global ranks), ids 1, 2, ...
+  std::chrono::milliseconds stallWarning{60000};  // 0: off
+  std::chrono::milliseconds stallShutdown{0};     // 0: off
+  std::string timelinePath;  // "" off; "DYNAMIC": enabled, started later
+  bool timelineMarkCycles = false;
+  bool autotune = false;
+  AutotuneOptions autotuneOptions;
+
+  // Every RINGFOLD_* (and HOROVOD_*) engine variable; InvalidArgument names a bad one.
+  static EngineOptions fromParams();
+};
+
+struct Topology {
+  int localRank = 0, localSize = 1, crossRank = 0, crossSize = 1;
+};
+
+// Counters since start (read with Engine::stats()).
+struct EngineStats {
+  uint64_t cycles = 0;
+  uint64_t coordinatorRounds = 0;  // cycles (per set) that needed the coordinator
+  uint64_t cacheHits = 0;          // tensors agreed through the cache's bit vector
+  uint64_t tensorsRun = 0;         // tensors completed by a collective (not errors)
+  uint64_t batches = 0;            // collective calls made for them (fewer: fusion)
+};
+
+// What a plugin passes for one tensor.
+struct TensorArgs {
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  int device = kCpuDevice;
+  const void* input = nullptr;
+  void* output = nullptr;  // allreduce, broadcast: same size as input (may equal it)
+  ReduceOp reduceOp = ReduceOp::kSum;
+  double preScale = 1.0;
+  double postScale = 1.0;
+  int root = 0;                  // broadcast
+  std::vector<int64_t> splits;   // alltoall
+  int processSet = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topology topology = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Bootstrap from the environment (Communicator::fromEnvironment) and params.
+  static std::unique_ptr<Engine> fromEnvironment(std::vector<std::vector<int>> processSets = {},
+                                                 std::optional<bool> dynamicProcessSets = {});
+
+  Handle enqueue(TensorArgs args);
+  // A grouped call: the tensors are negotiated and released together.
+  std::vector<Handle> enqueueGroup(std::vector<TensorArgs> args);
+  Handle join(int processSet = 0);
+  Handle barrier(int processSet = 0);
+  HandleTable& handles() { return handles_; }
+
+  // Blocking, called by every rank of the global set with the same arguments (dynamic mode).
+  int addProcessSet(std::vector<int> ranks);
+  void removeProcessSet(int id);
+  std::vector<int> processSetIds() const;
+  std::vector<int> processSetRanks(int id) const;  // throws InvalidArgument for an unknown id
+  int processSetRank(int id) const;                // -1 if this rank is not a member
+
+  void shutdown();
+  bool running() const { return running_.load(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Topology& topology() const { return topology_; }
+
+  // Timeline, written by global rank 0 (elsewhere these do nothing). Unlike Horovod, which
+  // needs HOROVOD_TIMELINE=DYNAMIC at init, a timeline can be started at any time.
+  void startTimeline(const std::string& path, bool markCycles);
+  void stopTimeline();
+  TunableSettings settings() const;
+  EngineStats stats() const;
+
+ private:
+  void loop();
+  bool cycle();  // false: stop
+  void runSet(ProcessSet& set, std::vector<Response> responses);
+  void complete(int set, TensorEntry& entry, Result result);
+  void completeError(int set, TensorEntry& entry, StatusCode code, const std::string& message);
+  void failAll(StatusCode code, const std::string& message);
+  void applyControl(const Response& response, ProcessSet& global);
+  std::vector<Handle> enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets);
+  ProcessSet* findSet(int id) const;
+
+  const int rank_;
+  const int size_;
+  const Topology topology_;
+  EngineOptions options_;
+  HandleTable handles_;
+  Timeline timeline_;
+  Operations operations_;
+  std::unique_ptr<Autotuner> autotuner_;  // global rank 0 only
+  bool tunePending_ = false;               // rank 0: announce current() next cycle
+  uint64_t tunedBytes_ = 0;                // operations_.bytesMoved() at the last record()
+  TunableSettings tuned_;
+
+  mutable std::mutex mu_;  // guards everything below up to the thread
+  std::condition_variable wake_;
+  std::vector<std::pair<int, TensorEntry>> queue_;
+  std::vector<std::unordered_set<std::string>> inFlight_;  // per set id
+  std::vector<std::unique_ptr<ProcessSet>> sets_;           // by id; null once removed
+  bool shutdownRequested_ = false;
+  EngineStats stats_;
+  std::string failure_;  // why the engine stopped, for later enqueues
+  StatusCode failureCode_ = StatusCode::kOk;
+
+  std::atomic<bool> running_{true};
+  std::thread thread_;
+};
+
+}  // namespace ringfold::engine

@@ -1,0 +1,442 @@
+// The engine end to end, ranks as threads over loopback: negotiation, fusion, the response
+// cache, every operation, the errors every rank must agree on, join, stalls, process sets,
+// the timeline and autotune.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "engine/engine_harness.h"
+
+namespace ringfold::engine {
+namespace {
+
+using rftest::EngineGroupOptions;
+using rftest::runEngines;
+using rftest::waitStatus;
+
+void expectAllOk(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "ok") << "rank " << r;
+}
+
+TensorArgs allreduceArgs(const std::string& name, const std::vector<float>& in, std::vector<float>& out,
+                         ReduceOp op = ReduceOp::kSum) {
+  TensorArgs a;
+  a.op = OpType::kAllreduce;
+  a.name = name;
+  a.dtype = DataType::kFloat32;
+  a.shape = {static_cast<int64_t>(in.size())};
+  a.input = in.data();
+  a.output = out.data();
+  a.reduceOp = op;
+  return a;
+}
+
+// Many tensors per step, submitted in a different order on every rank, for several steps: all
+// results right, later steps served by the cache, small tensors fused.
+TEST(EngineAllreduce, ManyTensorsAnyOrderFusedAndCached) {
+  constexpr int kRanks = 3, kTensors = 24, kSteps = 6;
+  std::vector<EngineStats> stats(kRanks);
+  auto errors = runEngines(kRanks, [&](Engine& e, int rank) {
+    std::mt19937 rng(rank);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<float>> in(kTensors), out(kTensors);
+      std::vector<int> order(kTensors);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<Handle> handles(kTensors);
+      for (int t : order) {
+        const int n = 1 + t * 37;
+        in[t].assign(n, static_cast<float>(rank + t));
+        out[t].assign(n, -1.0f);
+        handles[t] = e.enqueue(allreduceArgs("grad." + std::to_string(t), in[t], out[t]));
+      }
+      for (int t = 0; t < kTensors; ++t) {
+        Status s = waitStatus(e, handles[t]);
+        if (!s.ok()) throw std::runtime_error(s.message);
+        const float expect = static_cast<float>(kRanks * t + kRanks * (kRanks - 1) / 2);
+        for (float v : out[t]) {
+          if (v != expect) throw std::runtime_error("wrong sum for tensor " + std::to_string(t));
+        }
+      }
+    }
+    stats[rank] = e.stats();
+  });
+  expectAllOk(errors);
+  for (const EngineStats& s : stats) {
+    EXPECT_EQ(s.tensorsRun, static_cast<uint64_t>(kTensors * kSteps));
+    EXPECT_GT(s.cacheHits, 0u) << "recurring tensors should skip the coordinator";
+    EXPECT_LT(s.batches, s.tensorsRun) << "small tensors submitted together should be fused";
+  }
+}
+
+TEST(EngineAllreduce, OpsScalesAndDtypes) {
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    std::vector<float> in = {1.0f + rank, -2.0f * (rank + 1)}, out(2);
+    TensorArgs a = allreduceArgs("avg", in, out, ReduceOp::kAvg);
+    a.preScale = 2.0;
+    a.postScale = 0.5;
+    Status s = waitStatus(e, e.enqueue(a));
+    if (!s.ok() || out[0] != 1.5f || out[1] != -3.0f) throw std::runtime_error("avg with scales: " + s.message);
+    std::vector<int64_t> li = {rank * 10, -rank}, lo(2);
+    TensorArgs b;
+    b.name = "max.i64";
+    b.dtype = DataType::kInt64;
+    b.shape = {2};
+    b.input = li.data();
+    b.output = lo.data();
+    b.reduceOp = ReduceOp::kMax;
+    s = waitStatus(e, e.enqueue(b));
+    if (!s.ok() || lo[0] != 10 || lo[1] != 0) throw std::runtime_error("int64 max: " + s.message);
+  });
+  expectAllOk(errors);
+}
+
+TEST(EngineAllreduce, GroupedTensorsAreReleasedTogether) {
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    std::vector<std::vector<float>> in(3, std::vector<float>(5, 1.0f + rank)), out(3, std::vector<float>(5));
+    std::vector<TensorArgs> group;
+    for (int i = 0; i < 3; ++i) group.push_back(allreduceArgs("g." + std::to_string(i), in[i], out[i]));
+    for (Handle h : e.enqueueGroup(group)) {
+      Status s = waitStatus(e, h);
+      if (!s.ok()) throw std::runtime_error(s.message);
+    }
+    for (auto& o : out) {
+      if (o[4] != 3.0f) throw std::runtime_error("grouped allreduce result");
+    }
+  });
+  expectAllOk(errors);
+}
+
+TEST(EngineOps, AllgatherBroadcastAlltoallReducescatterBarrier) {
+  constexpr int kRanks = 3;
+  auto errors = runEngines(kRanks, [&](Engine& e, int rank) {
+    // allgather: rank r contributes r+1 rows of 2.
+    std::vector<int32_t> rows(2 * (rank + 1), rank);
+    TensorArgs g;
+    g.op = OpType::kAllgather;
+    g.name = "gather";
+    g.dtype = DataType::kInt32;
+    g.shape = {rank + 1, 2};
+    g.input = rows.data();
+    Handle h = e.enqueue(g);
+    const Result* r = e.handles().wait(h);
+    if (!r->status.ok()) throw std::runtime_error(r->status.message);
+    if (r->shape != std::vector<int64_t>{6, 2}) throw std::runtime_error("allgather shape");
+    const auto* got = reinterpret_cast<const int32_t*>(r->output.get());
+    const int32_t expect[12] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    if (!std::equal(got, got + 12, expect)) throw std::runtime_error("allgather data");
+    e.handles().release(h);
+
+    // broadcast from rank 2, in place.
+    std::vector<double> b(4, rank == 2 ? 7.5 : 0.0);
+    TensorArgs bc;
+    bc.op = OpType::kBroadcast;
+    bc.name = "bcast";
+    bc.dtype = DataType::kFloat64;
+    bc.shape = {4};
+    bc.input = b.data();
+    bc.output = b.data();
+    bc.root = 2;
+    Status s = waitStatus(e, e.enqueue(bc));
+    if (!s.ok() || b[3] != 7.5) throw std::runtime_error("broadcast: " + s.message);
+
+    // alltoall: rank r sends (q+1) rows to rank q, each row = r*10+q.
+    std::vector<int64_t> splits = {1, 2, 3};
+    std::vector<float> send;
+    for (int q = 0; q < kRanks; ++q) send.insert(send.end(), q + 1, static_cast<float>(rank * 10 + q));
+    TensorArgs at;
+    at.op = OpType::kAlltoall;
+    at.name = "a2a";
+    at.shape = {6};
+    at.input = send.data();
+    at.splits = splits;
+    h = e.enqueue(at);
+    r = e.handles().wait(h);
+    if (!r->status.ok()) throw std::runtime_error(r->status.message);
+    if (r->receivedSplits != std::vector<int64_t>(kRanks, rank + 1)) throw std::runtime_error("alltoall splits");
+    const auto* a2a = reinterpret_cast<const float*>(r->output.get());
+    for (int q = 0; q < kRanks; ++q) {
+      for (int i = 0; i < rank + 1; ++i) {
+        if (a2a[q * (rank + 1) + i] != static_cast<float>(q * 10 + rank)) throw std::runtime_error("alltoall data");
+      }
+    }
+    e.handles().release(h);
+
+    // reducescatter of 7 rows of 2 over 3 ranks: 3, 2, 2 rows.
+    std::vector<float> rs(14);
+    for (int i = 0; i < 14; ++i) rs[i] = static_cast<float>(i);
+    TensorArgs sc;
+    sc.op = OpType::kReducescatter;
+    sc.name = "rs";
+    sc.shape = {7, 2};
+    sc.input = rs.data();
+    h = e.enqueue(sc);
+    r = e.handles().wait(h);
+    if (!r->status.ok()) throw std::runtime_error(r->status.message);
+    const int64_t myRows = rank == 0 ? 3 : 2, firstRow = rank == 0 ? 0 : (rank == 1 ? 3 : 5);
+    if (r->shape != std::vector<int64_t>{myRows, 2}) throw std::runtime_error("reducescatter shape");
+    const auto* part = reinterpret_cast<const float*>(r->output.get());
+    for (int i = 0; i < myRows * 2; ++i) {
+      if (part[i] != 3.0f * static_cast<float>(firstRow * 2 + i)) throw std::runtime_error("reducescatter data");
+    }
+    e.handles().release(h);
+
+    s = waitStatus(e, e.barrier());
+    if (!s.ok()) throw std::runtime_error("barrier: " + s.message);
+  });
+  expectAllOk(errors);
+}
+
+// Every rank gets the same message, naming the tensor and the ranks that differ.
+TEST(EngineErrors, MismatchesFailOnEveryRankWithOneMessage) {
+  constexpr int kRanks = 3;
+  std::vector<std::vector<std::string>> messages(kRanks);
+  auto errors = runEngines(kRanks, [&](Engine& e, int rank) {
+    std::vector<float> in(rank == 1 ? 4 : 3, 1.0f), out(in.size());
+    messages[rank].push_back(waitStatus(e, e.enqueue(allreduceArgs("shape", in, out))).message);
+    TensorArgs d = allreduceArgs("dtype", in, out);
+    if (rank == 2) d.dtype = DataType::kInt32;
+    d.shape = {3};
+    messages[rank].push_back(waitStatus(e, e.enqueue(d)).message);
+    TensorArgs o = allreduceArgs("op", in, out, rank == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+    o.shape = {3};
+    messages[rank].push_back(waitStatus(e, e.enqueue(o)).message);
+    std::vector<float> b(3);
+    TensorArgs bc;
+    bc.op = OpType::kBroadcast;
+    bc.name = "root";
+    bc.shape = {3};
+    bc.input = b.data();
+    bc.output = b.data();
+    bc.root = rank == 0 ? 1 : 0;
+    messages[rank].push_back(waitStatus(e, e.enqueue(bc)).message);
+    // The engine is still usable afterwards.
+    std::vector<float> ok(2, 1.0f), okOut(2);
+    Status s = waitStatus(e, e.enqueue(allreduceArgs("fine", ok, okOut)));
+    if (!s.ok() || okOut[0] != kRanks) throw std::runtime_error("engine unusable after a mismatch");
+  });
+  expectAllOk(errors);
+  ASSERT_EQ(messages[0].size(), 4u);
+  for (int r = 1; r < kRanks; ++r) EXPECT_EQ(messages[r], messages[0]);
+  EXPECT_NE(messages[0][0].find("'shape'"), std::string::npos) << messages[0][0];
+  EXPECT_NE(messages[0][0].find("rank 1: [4]"), std::string::npos) << messages[0][0];
+  EXPECT_NE(messages[0][0].find("ranks 0, 2: [3]"), std::string::npos) << messages[0][0];
+  EXPECT_NE(messages[0][1].find("rank 2: int32"), std::string::npos) << messages[0][1];
+  EXPECT_NE(messages[0][2].find("rank 0: max"), std::string::npos) << messages[0][2];
+  EXPECT_NE(messages[0][3].find("root"), std::string::npos) << messages[0][3];
+}
+
+TEST(EngineErrors, LocalMistakesThrowAtOnce) {
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    std::vector<float> in(3, 1.0f), out(3);
+    Handle h = e.enqueue(allreduceArgs("dup", in, out));
+    try {
+      e.enqueue(allreduceArgs("dup", in, out));
+      throw std::runtime_error("a name in flight was accepted twice");
+    } catch (const InvalidArgument& ex) {
+      if (std::string(ex.what()).find("already in flight") == std::string::npos) throw;
+    }
+    waitStatus(e, h);
+    TensorArgs bad = allreduceArgs("nullin", in, out);
+    bad.input = nullptr;
+    EXPECT_THROW(e.enqueue(bad), InvalidArgument);
+    TensorArgs ps = allreduceArgs("noset", in, out);
+    ps.processSet = 9;
+    EXPECT_THROW(e.enqueue(ps), InvalidArgument);
+    (void)rank;
+  });
+  expectAllOk(errors);
+}
+
+TEST(EngineErrors, ShutdownOnOneRankStopsEveryRank) {
+  std::vector<std::string> later(2);
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    if (rank == 0) {
+      e.shutdown();
+    } else {
+      while (e.running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::vector<float> in(1), out(1);
+    try {
+      e.enqueue(allreduceArgs("after", in, out));
+    } catch (const Error& ex) {
+      later[rank] = ex.what();
+    }
+  });
+  expectAllOk(errors);
+  for (const auto& m : later) EXPECT_NE(m.find("shut down"), std::string::npos) << m;
+}
+
+// Rank 1 runs out of data after 2 steps and joins; rank 0 does 5 steps. Joined ranks
+// contribute zeros, and everyone learns who joined last.
+TEST(EngineJoin, UnevenStepsAndLastJoinedRank) {
+  std::vector<int> last(3, -2);
+  auto errors = runEngines(3, [&](Engine& e, int rank) {
+    const int steps = rank == 0 ? 5 : (rank == 1 ? 2 : 3);
+    for (int step = 0; step < steps; ++step) {
+      std::vector<float> in(10, 1.0f), out(10);
+      Status s = waitStatus(e, e.enqueue(allreduceArgs("step" + std::to_string(step), in, out)));
+      if (!s.ok()) throw std::runtime_error(s.message);
+      const float expect = static_cast<float>(step < 2 ? 3 : (step < 3 ? 2 : 1));
+      if (out[0] != expect) throw std::runtime_error("step " + std::to_string(step) + " sum " + std::to_string(out[0]));
+    }
+    Handle h = e.join();
+    const Result* r = e.handles().wait(h, std::chrono::milliseconds(60000));
+    if (!r || !r->status.ok()) throw std::runtime_error("join failed");
+    last[rank] = r->lastJoinedRank;
+    e.handles().release(h);
+  });
+  expectAllOk(errors);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(last[r], 0) << "rank " << r;
+}
+
+TEST(EngineStall, WarningThenFailureOnEveryRank) {
+  EngineGroupOptions options;
+  options.engine.stallWarning = std::chrono::milliseconds(200);
+  options.engine.stallShutdown = std::chrono::milliseconds(600);
+  std::vector<std::string> messages(3);
+  auto errors = runEngines(3, [&](Engine& e, int rank) {
+    std::vector<float> in(2, 1.0f), out(2);
+    if (rank != 2) {
+      messages[rank] = waitStatus(e, e.enqueue(allreduceArgs("lonely", in, out))).message;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      // The group already failed this tensor: submitting it late fails the same way.
+      messages[rank] = waitStatus(e, e.enqueue(allreduceArgs("lonely", in, out))).message;
+    }
+  }, options);
+  expectAllOk(errors);
+  EXPECT_NE(messages[0].find("'lonely' stalled"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("ranks 2 never submitted"), std::string::npos) << messages[0];
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_EQ(messages[2], messages[0]);
+}
+
+TEST(EngineStall, DescribeNamesMissingRanksAndTensors) {
+  Coordinator c(3, 3);
+  const auto t0 = Coordinator::Clock::now();
+  Request a;
+  a.name = "w1";
+  a.shape = {1};
+  c.add(a, t0);
+  a.name = "w2";
+  a.rank = 1;
+  c.add(a, t0);
+  auto stalls = c.stalled(t0 + std::chrono::seconds(61), std::chrono::seconds(60));
+  ASSERT_EQ(stalls.size(), 2u);
+  const std::string text = Coordinator::describeStalls(stalls);
+  EXPECT_NE(text.find("Missing ranks:"), std::string::npos);
+  EXPECT_NE(text.find("1: [w1]"), std::string::npos) << text;
+  EXPECT_NE(text.find("2: [w1, w2]"), std::string::npos) << text;
+  EXPECT_NE(text.find("0: [w2]"), std::string::npos) << text;
+}
+
+TEST(EngineProcessSets, StaticAndDynamicSets) {
+  EngineGroupOptions options;
+  options.engine.processSets = {{0, 2}, {1, 2, 3}};
+  options.engine.dynamicProcessSets = true;
+  auto errors = runEngines(4, [&](Engine& e, int rank) {
+    if (e.processSetIds() != std::vector<int>{0, 1, 2}) throw std::runtime_error("set ids");
+    const int set = rank == 1 || rank == 3 ? 2 : 1;
+    std::vector<float> in(3, 1.0f + rank), out(3);
+    TensorArgs a = allreduceArgs("inset", in, out);
+    a.processSet = set;
+    if (rank == 2) {
+      // Rank 2 is in both sets.
+      std::vector<float> in2 = in, out2(3);
+      TensorArgs b = allreduceArgs("inset", in2, out2);
+      b.processSet = 2;
+      Handle hb = e.enqueue(b);
+      Status s = waitStatus(e, e.enqueue(a));
+      if (!s.ok() || out[0] != 1.0f + 3.0f) throw std::runtime_error("set 1 result " + std::to_string(out[0]));
+      s = waitStatus(e, hb);
+      if (!s.ok() || out2[0] != 2.0f + 3.0f + 4.0f) throw std::runtime_error("set 2 result");
+    } else {
+      Status s = waitStatus(e, e.enqueue(a));
+      const float expect = set == 1 ? 4.0f : 9.0f;
+      if (!s.ok() || out[0] != expect) throw std::runtime_error("set result " + std::to_string(out[0]));
+    }
+    // Dynamic: add {0, 1}, use it, remove it.
+    const int id = e.addProcessSet({1, 0});
+    if (id != 3 || e.processSetRanks(id) != std::vector<int>{0, 1}) throw std::runtime_error("added set");
+    if (rank <= 1) {
+      TensorArgs c = allreduceArgs("dyn", in, out);
+      c.processSet = id;
+      Status s = waitStatus(e, e.enqueue(c));
+      if (!s.ok() || out[0] != 3.0f) throw std::runtime_error("dynamic set result");
+    } else {
+      TensorArgs c = allreduceArgs("dyn", in, out);
+      c.processSet = id;
+      try {
+        e.enqueue(c);
+        throw std::runtime_error("a non-member enqueued into a set");
+      } catch (const InvalidArgument&) {
+      }
+    }
+    e.removeProcessSet(id);
+    if (e.processSetIds() != std::vector<int>{0, 1, 2}) throw std::runtime_error("removed set");
+  }, options);
+  expectAllOk(errors);
+}
+
+TEST(EngineTimeline, RecordsNegotiationAndOperations) {
+  const std::string path = ::testing::TempDir() + "/engine_timeline.json";
+  EngineGroupOptions options;
+  options.engine.timelinePath = path;
+  options.engine.timelineMarkCycles = true;
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> a(100, 1.0f), b(50, 2.0f), oa(100), ob(50);
+      Handle h1 = e.enqueue(allreduceArgs("layer.a", a, oa));
+      Handle h2 = e.enqueue(allreduceArgs("layer.b", b, ob));
+      waitStatus(e, h1);
+      waitStatus(e, h2);
+    }
+    (void)rank;
+  }, options);
+  expectAllOk(errors);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();
+  EXPECT_NE(json.find("NEGOTIATE_ALLREDUCE"), std::string::npos);
+  EXPECT_NE(json.find("\"ALLREDUCE\""), std::string::npos);
+  EXPECT_NE(json.find("layer.a"), std::string::npos);
+  EXPECT_NE(json.find("CYCLE_START"), std::string::npos);
+  EXPECT_NE(json.find("LOOPBACK_ALLREDUCE"), std::string::npos);
+  const std::string cmd = "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + path;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "timeline is not valid JSON";
+}
+
+TEST(EngineAutotune, EveryRankAdoptsRankZerosSettings) {
+  EngineGroupOptions options;
+  options.engine.autotune = true;
+  options.engine.autotuneOptions.warmupSamples = 0;
+  options.engine.autotuneOptions.stepsPerSample = 1;
+  options.engine.autotuneOptions.maxSamples = 3;
+  std::vector<std::vector<TunableSettings>> seen(2);
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    for (int step = 0; step < 40; ++step) {
+      std::vector<float> in(1000, 1.0f), out(1000);
+      Status s = waitStatus(e, e.enqueue(allreduceArgs("t", in, out)));
+      if (!s.ok()) throw std::runtime_error(s.message);
+      TunableSettings now = e.settings();
+      if (seen[rank].empty() || !(seen[rank].back() == now)) seen[rank].push_back(now);
+    }
+  }, options);
+  expectAllOk(errors);
+  EXPECT_GT(seen[0].size(), 1u) << "autotune never changed the settings";
+  // Both ranks passed through the same settings (rank 1 may lag rank 0 by the last change).
+  for (size_t i = 0; i + 1 < std::min(seen[0].size(), seen[1].size()); ++i) EXPECT_TRUE(seen[0][i] == seen[1][i]);
+}
+
+}  // namespace
+}  // namespace ringfold::engine
