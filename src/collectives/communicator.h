@@ -69,6 +69,8 @@ class Communicator {
   transport::Connection& peer(int rank);
   transport::Device& device() { return *device_; }
   Reducer& reducer() { return *reducer_; }
+  // Replaces the reducer (e.g. with one that wraps it for tracing); returns the previous one.
+  std::unique_ptr<Reducer> setReducer(std::unique_ptr<Reducer> reducer);
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds t) { timeout_ = t; }
   size_t segmentBytes() const { return segmentBytes_; }

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "engine/traced_reducer.h"
 #include "rendezvous/bootstrap.h"
 
 namespace ringfold::engine {
@@ -67,6 +68,7 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topol
   std::vector<int> everyone(size_);
   for (int r = 0; r < size_; ++r) everyone[r] = r;
   Communicator& global = *world;
+  TracedReducer::install(global, timeline_);
   sets_.push_back(std::make_unique<ProcessSet>(0, everyone, std::move(world), size_, options_.cacheCapacity));
   inFlight_.emplace_back();
 
@@ -97,6 +99,7 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topol
     const int id = static_cast<int>(sets_.size());
     const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
     auto comm = member ? global.split(ranks, "ps" + std::to_string(id)) : nullptr;
+    if (comm) TracedReducer::install(*comm, timeline_);
     sets_.push_back(std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity));
     inFlight_.emplace_back();
   }
@@ -502,6 +505,7 @@ void Engine::applyControl(const Response& r, ProcessSet& global) {
     const int id = static_cast<int>(sets_.size());
     const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
     auto comm = member ? global.comm().split(ranks, "ps" + std::to_string(id)) : nullptr;
+    if (comm) TracedReducer::install(*comm, timeline_);
     auto set = std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity);
     {
       std::lock_guard<std::mutex> lock(mu_);

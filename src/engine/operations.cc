@@ -8,6 +8,7 @@
 #include "collectives/collectives.h"
 #include "common/error.h"
 #include "engine/timeline.h"
+#include "engine/traced_reducer.h"
 
 namespace ringfold::engine {
 
@@ -59,6 +60,7 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
   std::vector<const Response*> members;
   for (size_t i : batch.members) members.push_back(&responses[i]);
   const Response& head = *members.front();
+  if (auto* traced = dynamic_cast<TracedReducer*>(&comm.reducer())) traced->setTensor(tracing() ? head.name : "");
   if (tracing()) {
     for (const Response* r : members) timeline_->opStart(r->name, opTypeName(r->op));
   }

@@ -412,6 +412,8 @@ TEST(EngineTimeline, RecordsNegotiationAndOperations) {
   EXPECT_NE(json.find("layer.a"), std::string::npos);
   EXPECT_NE(json.find("CYCLE_START"), std::string::npos);
   EXPECT_NE(json.find("LOOPBACK_ALLREDUCE"), std::string::npos);
+  EXPECT_NE(json.find("CPU_REDUCE"), std::string::npos);
+  EXPECT_NE(json.find("MEMCPY_IN_FUSION_BUFFER"), std::string::npos);
   const std::string cmd = "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + path;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << "timeline is not valid JSON";
 }
