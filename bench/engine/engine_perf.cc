@@ -1,0 +1,132 @@
+// engine_perf: a training step's gradient allreduce through the engine, the way a framework
+// plugin drives it: every step enqueues one tensor per layer (in backward order, as hooks fire)
+// and waits for all of them. Sizes follow a convolutional network's profile: many small tensors
+// (biases, norms) and a few large ones, `--tensors` of them adding up to about `--total`.
+//
+//   ringfoldrun -np 2 build/bench/engine_perf --tensors 160 --total 16M --steps 30
+//
+// Prints one line per configuration with the median step time, the effective allreduce
+// bandwidth (tensor bytes per step / step time) and the engine's counters (batches per step,
+// share of tensors agreed through the response cache). The engine's settings come from the
+// environment (RINGFOLD_FUSION_THRESHOLD, RINGFOLD_CYCLE_TIME, RINGFOLD_TIMELINE, ...), so
+// bench/engine/engine_compare.py can run configurations side by side. Results are checked
+// (every element must equal the sum over ranks) unless --check 0.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "common/params.h"
+#include "engine/engine.h"
+
+using namespace ringfold;
+using namespace ringfold::engine;
+
+namespace {
+
+// Tensor sizes (floats): a geometric spread from 64 elements up, every fourth tensor large,
+// scaled to add up to `totalBytes`.
+std::vector<size_t> modelSizes(int tensors, uint64_t totalBytes) {
+  std::vector<double> weights;
+  for (int i = 0; i < tensors; ++i) weights.push_back(i % 4 == 3 ? 64.0 * (1 + i % 16) : 1.0 + (i % 3));
+  double sum = 0;
+  for (double w : weights) sum += w;
+  std::vector<size_t> sizes;
+  for (double w : weights) {
+    sizes.push_back(std::max<size_t>(16, static_cast<size_t>(w / sum * static_cast<double>(totalBytes) / 4)));
+  }
+  return sizes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options options("engine_perf", "gradient allreduce through the ringfold engine");
+  options.add_options()("tensors", "tensors per step", cxxopts::value<int>()->default_value("160"))(
+      "total", "bytes per step", cxxopts::value<std::string>()->default_value("16M"))(
+      "steps", "timed steps", cxxopts::value<int>()->default_value("30"))(
+      "warmup", "untimed steps", cxxopts::value<int>()->default_value("5"))(
+      "check", "verify results", cxxopts::value<int>()->default_value("1"))(
+      "label", "configuration label for the output line", cxxopts::value<std::string>()->default_value(""))(
+      "h,help", "help");
+  try {
+    auto args = options.parse(argc, argv);
+    if (args.count("help")) {
+      std::printf("%s\n", options.help().c_str());
+      return 0;
+    }
+    const int tensors = args["tensors"].as<int>();
+    const uint64_t total = params::parseBytes(args["total"].as<std::string>(), "--total");
+    const int steps = args["steps"].as<int>(), warmup = args["warmup"].as<int>();
+    const bool check = args["check"].as<int>() != 0;
+    if (tensors < 1 || steps < 1 || warmup < 0) throw std::invalid_argument("--tensors and --steps must be positive");
+
+    auto engine = Engine::fromEnvironment();
+    const int rank = engine->rank(), size = engine->size();
+    const std::vector<size_t> sizes = modelSizes(tensors, total);
+    uint64_t stepBytes = 0;
+    for (size_t n : sizes) stepBytes += n * 4;
+    std::vector<std::vector<float>> grads(tensors), outs(tensors);
+    for (int t = 0; t < tensors; ++t) {
+      grads[t].assign(sizes[t], static_cast<float>(rank + 1));
+      outs[t].assign(sizes[t], 0.0f);
+    }
+    const float expect = static_cast<float>(size * (size + 1) / 2);
+
+    std::vector<double> times;
+    std::vector<Handle> handles(tensors);
+    const EngineStats before = engine->stats();
+    EngineStats warm{};
+    for (int step = 0; step < warmup + steps; ++step) {
+      if (step == warmup) warm = engine->stats();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int t = tensors - 1; t >= 0; --t) {  // backward order
+        TensorArgs a;
+        a.name = "grad." + std::to_string(t);
+        a.shape = {static_cast<int64_t>(sizes[t])};
+        a.input = grads[t].data();
+        a.output = outs[t].data();
+        handles[t] = engine->enqueue(std::move(a));
+      }
+      for (int t = 0; t < tensors; ++t) {
+        const Result* r = engine->handles().wait(handles[t]);
+        if (!r->status.ok()) throw std::runtime_error(r->status.message);
+        engine->handles().release(handles[t]);
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (step >= warmup) times.push_back(seconds);
+      if (check) {
+        for (int t = 0; t < tensors; ++t) {
+          for (float v : outs[t]) {
+            if (v != expect) throw std::runtime_error("wrong result in grad." + std::to_string(t));
+          }
+        }
+      }
+    }
+    const EngineStats after = engine->stats();
+    (void)before;
+    std::sort(times.begin(), times.end());
+    const double median = times[times.size() / 2];
+    const double batchesPerStep = static_cast<double>(after.batches - warm.batches) / steps;
+    const double cached = static_cast<double>(after.cacheHits - warm.cacheHits) /
+                          std::max<double>(1.0, static_cast<double>(after.tensorsRun - warm.tensorsRun));
+    if (rank == 0) {
+      std::printf("# engine_perf ranks=%d tensors=%d bytes/step=%llu fusion=%s cycle=%sms timeline=%s\n", size,
+                  tensors, static_cast<unsigned long long>(stepBytes), params::kFusionThreshold.str().c_str(),
+                  params::kCycleTime.str().c_str(), params::kTimeline.str().empty() ? "off" : "on");
+      std::printf("%-12s median_step_ms %.3f  algbw_GBps %.3f  batches_per_step %.1f  cached %.2f\n",
+                  args["label"].as<std::string>().c_str(), median * 1e3, stepBytes / median / 1e9,
+                  batchesPerStep, cached);
+    }
+    engine->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "engine_perf: %s\n", e.what());
+    return 1;
+  }
+}
