@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -438,6 +439,57 @@ TEST(EngineAutotune, EveryRankAdoptsRankZerosSettings) {
   EXPECT_GT(seen[0].size(), 1u) << "autotune never changed the settings";
   // Both ranks passed through the same settings (rank 1 may lag rank 0 by the last change).
   for (size_t i = 0; i + 1 < std::min(seen[0].size(), seen[1].size()); ++i) EXPECT_TRUE(seen[0][i] == seen[1][i]);
+}
+
+}  // namespace
+}  // namespace ringfold::engine
+
+namespace ringfold::engine {
+namespace {
+
+// Every dtype through allreduce (bool refused with one message on every rank), and every
+// dtype including bool through the copying operations.
+TEST(EngineDtypes, EveryDtypeAndBoolForCopies) {
+  auto errors = rftest::runEngines(2, [&](Engine& e, int rank) {
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      const auto dtype = static_cast<DataType>(d);
+      const size_t es = dataTypeSize(dtype);
+      std::vector<std::byte> in(4 * es, std::byte{0}), out(4 * es, std::byte{0xEE});
+      for (size_t i = 0; i < 4; ++i) in[i * es] = std::byte{1};  // 1 in every integer type, true for bool
+      TensorArgs a;
+      a.name = std::string("ar.") + dataTypeName(dtype);
+      a.dtype = dtype;
+      a.shape = {4};
+      a.input = in.data();
+      a.output = out.data();
+      Status s = rftest::waitStatus(e, e.enqueue(a));
+      if (dtype == DataType::kBool) {
+        if (s.ok() || s.message.find("bool") == std::string::npos) throw std::runtime_error("bool allreduce: " + s.message);
+      } else if (!s.ok()) {
+        throw std::runtime_error(a.name + ": " + s.message);
+      }
+      TensorArgs g = a;
+      g.op = OpType::kAllgather;
+      g.name = std::string("ag.") + dataTypeName(dtype);
+      g.output = nullptr;
+      Handle h = e.enqueue(g);
+      const Result* r = e.handles().wait(h);
+      if (!r->status.ok() || r->outputBytes != 8 * es || std::memcmp(r->output.get(), in.data(), 4 * es) != 0) {
+        throw std::runtime_error(g.name + ": " + r->status.message);
+      }
+      e.handles().release(h);
+      TensorArgs b = a;
+      b.op = OpType::kBroadcast;
+      b.name = std::string("bc.") + dataTypeName(dtype);
+      b.root = 1;
+      std::vector<std::byte> bin(4 * es, std::byte{static_cast<unsigned char>(rank == 1 ? 1 : 0)});
+      b.input = bin.data();
+      b.output = bin.data();
+      s = rftest::waitStatus(e, e.enqueue(b));
+      if (!s.ok() || bin[0] != std::byte{1}) throw std::runtime_error(b.name + ": " + s.message);
+    }
+  });
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "ok") << "rank " << r;
 }
 
 }  // namespace
