@@ -19,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
+
+#include <thread>
+
 #include <cxxopts.hpp>
 
 #include "common/params.h"
@@ -52,6 +56,8 @@ int main(int argc, char** argv) {
       "steps", "timed steps", cxxopts::value<int>()->default_value("30"))(
       "warmup", "untimed steps", cxxopts::value<int>()->default_value("5"))(
       "check", "verify results", cxxopts::value<int>()->default_value("1"))(
+      "idle", "then stay idle this many seconds and report the engine's CPU use",
+      cxxopts::value<double>()->default_value("0"))(
       "label", "configuration label for the output line", cxxopts::value<std::string>()->default_value(""))(
       "h,help", "help");
   try {
@@ -122,6 +128,22 @@ int main(int argc, char** argv) {
       std::printf("%-12s median_step_ms %.3f  algbw_GBps %.3f  batches_per_step %.1f  cached %.2f\n",
                   args["label"].as<std::string>().c_str(), median * 1e3, stepBytes / median / 1e9,
                   batchesPerStep, cached);
+    }
+    const double idle = args["idle"].as<double>();
+    if (idle > 0) {
+      // The background thread keeps negotiating every cycle; how much CPU does that cost?
+      auto cpu = [] {
+        struct rusage u;
+        getrusage(RUSAGE_SELF, &u);
+        return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+      };
+      const EngineStats s0 = engine->stats();
+      const double c0 = cpu();
+      std::this_thread::sleep_for(std::chrono::duration<double>(idle));
+      const double used = cpu() - c0;
+      const EngineStats s1 = engine->stats();
+      std::printf("rank %d idle %.1f s: cpu %.1f%% of one core, %llu cycles\n", rank, idle, 100.0 * used / idle,
+                  static_cast<unsigned long long>(s1.cycles - s0.cycles));
     }
     engine->shutdown();
     return 0;
