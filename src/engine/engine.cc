@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "collectives/collectives.h"
+#include "collectives/topology.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -127,8 +128,12 @@ std::unique_ptr<Engine> Engine::fromEnvironment(std::vector<std::vector<int>> pr
   options.processSets = std::move(processSets);
   if (dynamicProcessSets) options.dynamicProcessSets = *dynamicProcessSets;
   const rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
-  Topology topology{info.localRank, info.localSize, info.crossRank, info.crossSize};
-  return std::make_unique<Engine>(Communicator::fromEnvironment(), std::move(options), topology);
+  auto world = Communicator::fromEnvironment();
+  // Hosts as the launcher laid them out; without that (uneven placement), by host name.
+  const std::string hostId = info.crossRank >= 0 ? "host#" + std::to_string(info.crossRank) : thisHostName();
+  const HostLayout layout = describeHosts(*world, hostId);
+  Topology topology{layout.localRank, layout.localSize, layout.crossRank, layout.crossSize, layout.homogeneous};
+  return std::make_unique<Engine>(std::move(world), std::move(options), topology);
 }
 
 // ---- the caller's side ----------------------------------------------------------------------

@@ -65,6 +65,7 @@ struct EngineOptions {
 
 struct Topology {
   int localRank = 0, localSize = 1, crossRank = 0, crossSize = 1;
+  bool homogeneous = true;  // every host runs as many ranks
 };
 
 // Counters since start (read with Engine::stats()).

@@ -1,0 +1,59 @@
+// Host topology: local and cross communicators split by host id.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "collectives/collectives.h"
+#include "collectives/topology.h"
+#include "support/rank_threads.h"
+
+namespace ringfold {
+namespace {
+
+TEST(Topology, HomogeneousHostsSplitIntoLocalAndCross) {
+  const std::vector<std::string> hostOf = {"b", "b", "a", "a", "c", "c"};  // placed unevenly by rank
+  std::mutex mu;
+  std::vector<HostLayout> layouts(6);
+  std::vector<float> localSums(6), crossSums(6);
+  auto errors = rftest::runRanks(6, [&](Communicator& comm) {
+    HostSplit split = splitByHost(comm, hostOf[comm.rank()]);
+    float v = static_cast<float>(comm.rank()), local = 0, cross = 0;
+    allreduce(*split.local, {&v, &local, 1, DataType::kFloat32, ReduceOp::kSum});
+    allreduce(*split.cross, {&v, &cross, 1, DataType::kFloat32, ReduceOp::kSum});
+    std::lock_guard<std::mutex> lock(mu);
+    layouts[comm.rank()] = split.layout;
+    localSums[comm.rank()] = local;
+    crossSums[comm.rank()] = cross;
+  });
+  for (auto& e : errors) ASSERT_EQ(rftest::describe(e), "ok");
+  EXPECT_EQ(layouts[0].hosts, (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}}));
+  EXPECT_TRUE(layouts[0].homogeneous);
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ(layouts[r].localRank, r % 2);
+    EXPECT_EQ(layouts[r].localSize, 2);
+    EXPECT_EQ(layouts[r].crossRank, r / 2);
+    EXPECT_EQ(layouts[r].crossSize, 3);
+    EXPECT_EQ(localSums[r], static_cast<float>((r / 2) * 4 + 1));   // r and its host neighbour
+    EXPECT_EQ(crossSums[r], static_cast<float>(r % 2 == 0 ? 6 : 9)); // 0+2+4 or 1+3+5
+  }
+}
+
+TEST(Topology, UnevenHostsAreNotHomogeneous) {
+  const std::vector<std::string> hostOf = {"x", "x", "x", "y"};
+  std::vector<HostLayout> layouts(4);
+  std::mutex mu;
+  auto errors = rftest::runRanks(4, [&](Communicator& comm) {
+    HostLayout l = describeHosts(comm, hostOf[comm.rank()]);
+    std::lock_guard<std::mutex> lock(mu);
+    layouts[comm.rank()] = l;
+  });
+  for (auto& e : errors) ASSERT_EQ(rftest::describe(e), "ok");
+  EXPECT_FALSE(layouts[0].homogeneous);
+  EXPECT_EQ(layouts[3].localSize, 1);
+  EXPECT_EQ(layouts[3].crossRank, 1);
+  EXPECT_EQ(layouts[3].crossSize, 2);   // local rank 0 exists on both hosts
+  EXPECT_EQ(layouts[2].crossSize, 1);   // local rank 2 only on host x
+}
+
+}  // namespace
+}  // namespace ringfold
