@@ -1,19 +1,27 @@
 #include "launcher/job.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
-#include <sstream>
+#include <optional>
+#include <thread>
 
+#include "common/params.h"
 #include "launcher/rank_environment.h"
 #include "launcher/rank_process.h"
+#include "launcher/remote_rank.h"
+#include "launcher/store_address.h"
 #include "rendezvous/secret.h"
 #include "rendezvous/tcp_store.h"
 
@@ -24,12 +32,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // After SIGKILL, how long to wait for ranks to be reaped before giving up on them (a process in
-// uninterruptible sleep cannot be hurried), and for output pipes to drain at the end.
+// uninterruptible sleep cannot be hurried, an unreachable host cannot be told), and for output
+// pipes to drain at the end.
 constexpr auto kReapAfterKill = std::chrono::seconds(5);
 constexpr auto kOutputDrain = std::chrono::seconds(2);
-
-// The store is dialled on loopback: every rank of a single-host launch is on this machine.
-constexpr const char* kStoreBindAddr = "127.0.0.1";
+constexpr int kSshFailed = 255;  // ssh's exit status for its own errors
 
 int exitCodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -45,6 +52,22 @@ std::string describeStatus(int status) {
 int msUntil(Clock::time_point t) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
   return left <= 0 ? 0 : static_cast<int>(left) + 1;
+}
+
+std::string formatSeconds(double s, const char* format = "%.3f") {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, s);
+  return buf;
+}
+
+Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::string joinArgv(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + shellQuote(a);
+  return s;
 }
 
 }  // namespace
@@ -65,19 +88,53 @@ void Job::verbose(const std::string& line) const {
   if (options_.verbose) say(line);
 }
 
+double Job::secondsSinceLaunch() const {
+  return std::chrono::duration<double>(Clock::now() - launchedAt_).count();
+}
+
 int Job::runningCount() const {
   int n = 0;
   for (const auto& r : ranks_) n += r.running ? 1 : 0;
   return n;
 }
 
-bool Job::startRanks(const std::string& program, const std::vector<std::vector<std::string>>& envs,
-                     std::vector<OutputForwarder::Source>& outputs) {
+std::vector<int> Job::openOutputFiles() {
+  std::vector<int> fds;
+  if (options_.outputDir.empty()) return fds;
+  // rank.N with N zero-padded to the width of the largest rank (horovodrun's layout), so the
+  // directories sort in rank order.
+  const size_t width = std::to_string(std::max(0, options_.numProc - 1)).size();
+  for (const auto& r : ranks_) {
+    std::string n = std::to_string(r.slot.rank);
+    n.insert(0, width - std::min(width, n.size()), '0');
+    const std::string dir = options_.outputDir + "/rank." + n;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("--output-filename: cannot create " + dir + ": " + ec.message());
+    for (const char* name : {"/stdout", "/stderr"}) {
+      int fd = open((dir + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        int e = errno;
+        for (int f : fds) close(f);
+        throw Error("--output-filename: cannot write " + dir + name + ": " + std::strerror(e));
+      }
+      fds.push_back(fd);
+    }
+  }
+  return fds;
+}
+
+bool Job::startRanks(const std::string& program, const std::string& ssh,
+                     const std::vector<Start>& starts, std::vector<OutputForwarder::Source>& outputs) {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = ranks_[i];
     RankProcess p;
     try {
-      p = spawnRank(r.slot.rank, program, options_.command, envs[i]);
+      if (r.slot.local) {
+        p = spawnRank(r.slot.rank, program, options_.command, starts[i].env);
+      } else {
+        p = startRemoteRank(r.slot.rank, ssh, starts[i].sshArgv, currentEnvironment(), starts[i].script);
+      }
     } catch (const SpawnError& e) {
       say(e.what());
       exitCode_ = kCannotExecuteExitCode;
@@ -85,47 +142,108 @@ bool Job::startRanks(const std::string& program, const std::vector<std::vector<s
     }
     r.pid = p.pid;
     r.running = true;
+    r.stdinFd = p.stdinFd;
+    r.started = r.slot.local;
     const std::string tag = "[" + std::to_string(r.slot.rank) + "]";
+    r.stdoutSource = outputs.size();
     outputs.push_back({p.stdoutFd, STDOUT_FILENO, tag + "<stdout>:"});
     outputs.push_back({p.stderrFd, STDERR_FILENO, tag + "<stderr>:"});
+    if (!r.slot.local) outputs[r.stdoutSource].handshake = startedMarker(nonce_);
     verbose("started rank " + std::to_string(r.slot.rank) + " (pid " + std::to_string(r.pid) +
-            ") on " + r.slot.host);
+            ") on " + r.slot.host + (r.slot.local ? "" : " via ssh"));
   }
   return true;
+}
+
+void Job::signalRank(Rank& r, int sig) {
+  if (!r.running) return;
+  if (r.slot.local) {
+    signalGroup(r.pid, sig);
+    return;
+  }
+  // A remote rank that has started hears the signal through its ssh stdin; one that has not
+  // (ssh still connecting) is stopped by stopping its ssh client, whose end of file makes the
+  // remote side stop whatever it started.
+  bool told = r.started && signalRemoteRank(r.stdinFd, sig);
+  if (sig == SIGKILL && r.stdinFd >= 0) {
+    close(r.stdinFd);
+    r.stdinFd = -1;
+  }
+  if (!told && !r.started) signalGroup(r.pid, sig);
 }
 
 void Job::beginStop(int sig, const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
-  killAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(options_.gracePeriodSeconds));
+  killAt_ = Clock::now() + toDuration(options_.gracePeriodSeconds);
   int n = runningCount();
   if (n > 0) {
     say(why + "stopping " + std::to_string(n) + " remaining rank(s) with " + signalName(sig));
   }
-  for (const auto& r : ranks_) {
-    if (r.running) signalGroup(r.pid, sig);
-  }
+  for (auto& r : ranks_) signalRank(r, sig);
 }
 
 void Job::killAll() {
   killed_ = true;
   giveUpAt_ = Clock::now() + kReapAfterKill;
-  for (const auto& r : ranks_) {
-    if (r.running) signalGroup(r.pid, SIGKILL);
+  for (auto& r : ranks_) signalRank(r, SIGKILL);
+}
+
+void Job::abandonRemote() {
+  for (auto& r : ranks_) {
+    if (r.running && !r.slot.local) signalGroup(r.pid, SIGKILL);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (runningCount() > 0 && Clock::now() < deadline) {
+    reapExited();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
 void Job::onRankExit(Rank& r) {
-  std::string what = "rank " + std::to_string(r.slot.rank) + " (pid " + std::to_string(r.pid) +
-                     ") " + describeStatus(r.status);
-  bool failed = !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+  if (r.stdinFd >= 0) {
+    close(r.stdinFd);
+    r.stdinFd = -1;
+  }
+  const std::string rank = std::to_string(r.slot.rank);
+  std::string what;
+  const int code = exitCodeOf(r.status);
+  if (r.slot.local) {
+    what = "rank " + rank + " (pid " + std::to_string(r.pid) + ") " + describeStatus(r.status);
+  } else {
+    // ssh's last words (why it failed), or the start marker, may still be in the pipes: give
+    // the forwarder a moment to reach their end.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (code != 0 && forwarder_ != nullptr &&
+           !(forwarder_->finished(r.stdoutSource) && forwarder_->finished(r.stdoutSource + 1)) &&
+           Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (forwarder_ != nullptr && forwarder_->started(r.stdoutSource)) r.started = true;
+    const std::string said = forwarder_ != nullptr ? forwarder_->lastLine(r.stdoutSource + 1) : "";
+    const std::string tail = said.empty() ? "" : ": " + said;
+    if (!r.started && code != 0) {
+      what = "host " + r.slot.host + " did not start rank " + rank + " (" +
+             (code == kSshFailed ? "ssh failed" : "exit status " + std::to_string(code)) + tail + ")";
+    } else if (code == kSshFailed) {
+      what = "lost the connection to host " + r.slot.host + " (rank " + rank +
+             (said.empty() ? ": ssh exited with status 255, the host stopped answering or closed "
+                             "the connection"
+                           : tail) +
+             ")";
+    } else if (code > 128 && code < 128 + NSIG) {
+      what = "rank " + rank + " on host " + r.slot.host + " was killed by signal " + signalName(code - 128);
+    } else {
+      what = "rank " + rank + " on host " + r.slot.host + " exited with status " + std::to_string(code);
+    }
+  }
+  bool failed = code != 0;
   if (!failed || stopping_) {
     verbose(what);
     return;
   }
   say(what);
-  exitCode_ = exitCodeOf(r.status);
+  exitCode_ = code;
   beginStop(SIGTERM, "");
 }
 
@@ -151,7 +269,42 @@ bool Job::reapExited() {
   return runningCount() > 0;
 }
 
+void Job::checkStarted(const OutputForwarder& forwarder) {
+  if (allStarted_) return;
+  bool all = true;
+  for (auto& r : ranks_) {
+    if (!r.started && forwarder.started(r.stdoutSource)) {
+      r.started = true;
+      double after = std::chrono::duration<double>(
+                         Clock::duration(std::chrono::nanoseconds(forwarder.startedAtNs(r.stdoutSource))) -
+                         launchedAt_.time_since_epoch())
+                         .count();
+      verbose("rank " + std::to_string(r.slot.rank) + " started on " + r.slot.host + " " +
+              formatSeconds(after) + " s after launch");
+    }
+    all = all && r.started;
+  }
+  if (all) {
+    allStarted_ = true;
+    verbose("all " + std::to_string(ranks_.size()) + " ranks started " +
+            formatSeconds(secondsSinceLaunch()) + " s after launch");
+    return;
+  }
+  if (stopping_ || Clock::now() < startDeadline_) return;
+  for (const auto& r : ranks_) {
+    if (r.started || !r.running) continue;
+    std::string said = forwarder.lastLine(r.stdoutSource + 1);
+    say("host " + r.slot.host + " did not start rank " + std::to_string(r.slot.rank) + " within " +
+        formatSeconds(startTimeoutSeconds_, "%g") + " s (--start-timeout)" +
+        (said.empty() ? "" : ": " + said));
+    exitCode_ = kStartFailedExitCode;
+    beginStop(SIGTERM, "");
+    return;
+  }
+}
+
 int Job::run() {
+  launchedAt_ = Clock::now();
   sigset_t handled;
   sigemptyset(&handled);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&handled, sig);
@@ -161,42 +314,104 @@ int Job::run() {
   RF_CHECK_ERRNO(sigFd, "signalfd");
   std::unique_ptr<int, void (*)(int*)> sigFdCloser(&sigFd, [](int* fd) { close(*fd); });
 
-  requireLocalHosts(options_.hosts, thisHostname());
+  // Where each rank runs.
+  std::vector<bool> localFlags = localHostFlags(options_.hosts, thisHostname(), localAddresses());
   std::vector<RankSlot> layout = computeRankLayout(options_.hosts, options_.numProc);
+  markLocalSlots(layout, options_.hosts, localFlags);
+  bool anyLocal = false;
+  std::optional<std::string> firstRemote;
+  for (const auto& s : layout) {
+    if (s.local) anyLocal = true;
+    if (!s.local && !firstRemote) firstRemote = s.host;
+  }
 
   const std::vector<std::string> base = currentEnvironment();
   // Found before anything starts, on the PATH the ranks will have (-x PATH=... counts).
-  auto program = resolveProgram(options_.command[0],
+  std::string program;
+  if (anyLocal) {
+    auto found = resolveProgram(options_.command[0],
                                 buildRankEnvironment(base, options_, layout[0], StoreEndpoint{}));
-  if (!program) {
-    say("cannot execute '" + options_.command[0] + "': command not found");
-    return kCannotExecuteExitCode;
+    if (!found) {
+      say("cannot execute '" + options_.command[0] + "': command not found");
+      return kCannotExecuteExitCode;
+    }
+    program = *found;
   }
+  std::string ssh;
+  if (firstRemote) {
+    auto found = resolveProgram("ssh", base);
+    if (!found) {
+      say("cannot execute 'ssh': command not found (remote hosts such as " + *firstRemote +
+          " are started over ssh: install openssh-client)");
+      return kCannotExecuteExitCode;
+    }
+    ssh = *found;
+    for (size_t h = 0; h < options_.hosts.size(); ++h) {  // every remote host has a route
+      if (localFlags[h]) continue;
+      try {
+        routeSourceAddress(resolveIPv4(options_.hosts[h].host));
+      } catch (const Error& e) {
+        say("host " + options_.hosts[h].host + ": " + e.what());
+        return kStartFailedExitCode;
+      }
+    }
+  }
+  startTimeoutSeconds_ = options_.startTimeoutSeconds
+                             ? *options_.startTimeoutSeconds
+                             : std::chrono::duration<double>(params::kStartTimeout.asSeconds()).count();
+  startDeadline_ = launchedAt_ + toDuration(startTimeoutSeconds_);
 
-  // The store: in this process, on loopback, with a fresh secret.
+  // The store: in this process, with a fresh secret, where every rank can reach it.
+  const std::string storeAddr = chooseStoreAddress(options_.networkInterfaces, firstRemote);
   const std::string secret = rendezvous::generateSecret();
-  rendezvous::TcpStoreServer store(kStoreBindAddr, 0, secret);
-  StoreEndpoint endpoint{kStoreBindAddr, store.port(), secret};
+  rendezvous::TcpStoreServer store(storeAddr, 0, secret);
+  StoreEndpoint endpoint{storeAddr, store.port(), secret};
   verbose("rendezvous store listening on " + endpoint.addr + ":" + std::to_string(endpoint.port));
 
-  std::vector<std::vector<std::string>> envs;
+  nonce_ = newNonce();
+  SshSettings sshSettings{options_.sshPort, options_.sshIdentityFile, options_.sshOptions,
+                          startTimeoutSeconds_};
+  std::string cwd = std::filesystem::current_path().string();
+  std::vector<Start> starts;
   for (const auto& slot : layout) {
-    envs.push_back(buildRankEnvironment(base, options_, slot, endpoint));
+    Start s;
+    if (slot.local) {
+      s.env = buildRankEnvironment(base, options_, slot, endpoint);
+    } else {
+      s.sshArgv = sshArgv(ssh, sshSettings, slot.host, nonce_);
+      s.script = remoteScript({buildRemoteEnvironment(base, options_, slot, endpoint), cwd,
+                               options_.command, slot.host, options_.gracePeriodSeconds, nonce_});
+      if (slot.host == *firstRemote && slot.localRank == 0) {
+        verbose("remote ranks start with: " + joinArgv(s.sshArgv) + " (environment on stdin)");
+      }
+    }
+    starts.push_back(std::move(s));
     ranks_.push_back(Rank{slot});
   }
+  std::vector<int> files = openOutputFiles();
 
   std::vector<OutputForwarder::Source> outputs;
-  bool started = startRanks(*program, envs, outputs);
+  bool started = startRanks(program, ssh, starts, outputs);
+  for (size_t i = 0; i < outputs.size() && i < files.size(); ++i) outputs[i].copyFd = files[i];
+  for (size_t i = outputs.size(); i < files.size(); ++i) close(files[i]);  // ranks never started
   OutputForwarder forwarder(std::move(outputs));
+  forwarder_ = &forwarder;
   if (!started) beginStop(SIGTERM, "");
+  checkStarted(forwarder);
 
   while (reapExited()) {
+    checkStarted(forwarder);
     int timeoutMs = -1;
-    if (stopping_) timeoutMs = msUntil(killed_ ? giveUpAt_ : killAt_);
-    pollfd pfd{sigFd, POLLIN, 0};
-    int r = poll(&pfd, 1, timeoutMs);
+    if (stopping_) {
+      timeoutMs = msUntil(killed_ ? giveUpAt_ : killAt_);
+    } else if (!allStarted_ && Clock::now() < startDeadline_) {
+      timeoutMs = msUntil(startDeadline_);
+    }
+    pollfd pfd[2] = {{sigFd, POLLIN, 0}, {forwarder.eventFd(), POLLIN, 0}};
+    int r = poll(pfd, 2, timeoutMs);
     if (r < 0 && errno != EINTR) RF_CHECK_ERRNO(r, "poll on the signalfd");
-    if (r > 0) {
+    if (r > 0 && pfd[1].revents != 0) forwarder.drainEvents();
+    if (r > 0 && pfd[0].revents != 0) {
       signalfd_siginfo si;
       while (read(sigFd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {  // non-blocking
         int sig = static_cast<int>(si.ssi_signo);
@@ -211,18 +426,20 @@ int Job::run() {
       }
     }
     if (stopping_ && !killed_ && Clock::now() >= killAt_ && runningCount() > 0) {
-      char grace[32];
-      std::snprintf(grace, sizeof grace, "%g", options_.gracePeriodSeconds);
-      say(std::to_string(runningCount()) + " rank(s) still running after the " + grace +
-          " s grace period, sending SIGKILL");
+      say(std::to_string(runningCount()) + " rank(s) still running after the " +
+          formatSeconds(options_.gracePeriodSeconds, "%g") + " s grace period, sending SIGKILL");
       killAll();
     } else if (killed_ && Clock::now() >= giveUpAt_ && runningCount() > 0) {
-      say("giving up on " + std::to_string(runningCount()) +
-          " rank(s) that did not exit after SIGKILL");
+      abandonRemote();
+      if (runningCount() > 0) {
+        say("giving up on " + std::to_string(runningCount()) +
+            " rank(s) that did not exit after SIGKILL");
+      }
       break;
     }
   }
   forwarder.stop(kOutputDrain);
+  forwarder_ = nullptr;
   return exitCode_;
 }
 

@@ -1,26 +1,39 @@
-// Job: one ringfoldrun launch, start to finish: host the store, start the ranks, forward their
-// output, supervise them, and stop all of them when one fails or the launcher is signalled.
+// Job: one ringfoldrun launch, start to finish: host the store, start the ranks (here, or over
+// ssh on other hosts), forward their output, supervise them, and stop all of them when one
+// fails, a host does not come up, or the launcher is signalled.
 //
 // Contract
 //   * run() blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD and reads them from a signalfd (no work
-//     in a signal handler), ignores SIGPIPE, then starts the store (TcpStoreServer on 127.0.0.1,
-//     ephemeral port, fresh secret) and the ranks. Call it from main() before any other thread
-//     exists, so every thread inherits the blocked mask.
-//   * A rank that exits non-zero or is killed: "ringfoldrun: rank R (pid P) exited with status S"
-//     (or "was killed by signal SIGKILL") on stderr, then every other rank's process group gets
-//     SIGTERM, and SIGKILL after the grace period. The exit code is that rank's status, or
-//     128+signal.
-//   * SIGINT/SIGTERM/SIGHUP to the launcher: forwarded to every rank's process group, SIGKILL
-//     after the grace period (at once on a second signal); exit code 128+signal (130, 143, 129).
+//     in a signal handler), ignores SIGPIPE, then starts the store (TcpStoreServer on the
+//     address store_address.h picks, ephemeral port, fresh secret) and the ranks. Call it from
+//     main() before any other thread exists, so every thread inherits the blocked mask.
+//   * Before anything starts: the command is looked up on PATH (when some rank is local), ssh
+//     (when some rank is remote), and every remote host must resolve and have a route; a
+//     failure is reported naming it (127 for a missing program, 1 otherwise).
+//   * Local ranks: fork/exec (rank_process.h). Remote ranks: one local ssh client per rank
+//     (remote_rank.h), which counts as started once the remote side printed its marker.
+//   * A remote rank not started within the start timeout (--start-timeout, else
+//     RINGFOLD_START_TIMEOUT, else 60 s): "ringfoldrun: host H did not start rank R within S s
+//     (<ssh's last words>)", exit code 1, and every rank is stopped.
+//   * A rank that exits non-zero or is killed: "ringfoldrun: rank R (pid P) exited with status
+//     S" (or "was killed by signal SIGKILL"; remote: "rank R on host H ..."; ssh's own failure,
+//     255: "lost the connection to host H" with ssh's message) on stderr, then every other
+//     rank is stopped: SIGTERM, and SIGKILL after the grace period. The exit code is that
+//     rank's status, or 128+signal.
+//   * SIGINT/SIGTERM/SIGHUP to the launcher: forwarded to every rank (to a remote rank through
+//     its ssh stdin), SIGKILL after the grace period (at once on a second signal); exit code
+//     128+signal (130, 143, 129).
 //   * When a rank's leader exits, what is left of its process group (background children) is
-//     SIGKILLed before the leader is reaped (its zombie keeps the group id from being reused).
+//     SIGKILLed before the leader is reaped (its zombie keeps the group id from being reused);
+//     remote hosts do the same (remote_rank.h).
+//   * If the launcher dies, even by SIGKILL, local ranks and ssh clients die of
+//     PR_SET_PDEATHSIG, and each remote side sees its stdin close and kills its rank.
 //   * Every wait is bounded: the job ends within grace period + a few seconds of the decision
-//     to stop, even if a rank ignores SIGTERM or a grandchild holds an output pipe open.
+//     to stop, even if a rank ignores SIGTERM, a host is unreachable, or a grandchild holds an
+//     output pipe open (an ssh client that is still there at the end is SIGKILLed).
 //   * All ranks exiting 0: exit code 0. A command that cannot be executed: 127.
-//
-// Ranks are placed by computeRankLayout(); only local hosts are started here. Multi-host launch
-// will add a remote starter (ssh) beside spawnRank(): the supervision above is the same, since
-// an ssh client is a local child too.
+//   * --verbose adds what is started where and the start-up time: "all N ranks started X s
+//     after launch".
 #pragma once
 
 #include <sys/types.h>
@@ -36,6 +49,7 @@
 namespace ringfold::launcher {
 
 inline constexpr int kCannotExecuteExitCode = 127;
+inline constexpr int kStartFailedExitCode = 1;
 
 class Job {
  public:
@@ -46,28 +60,48 @@ class Job {
  private:
   struct Rank {
     RankSlot slot;
-    pid_t pid = -1;
+    pid_t pid = -1;         // the rank, or its ssh client (both lead their own group)
     bool running = false;
-    int status = 0;  // wait status once reaped
+    int status = 0;         // wait status once reaped
+    int stdinFd = -1;       // remote: write end of the ssh client's stdin
+    bool started = false;   // local: at once; remote: once its marker arrived
+    size_t stdoutSource = 0;  // index of its stdout among the forwarder's sources
+  };
+  // What startRanks() needs for each rank: a local environment, or a remote ssh argv + script.
+  struct Start {
+    std::vector<std::string> env;
+    std::vector<std::string> sshArgv;
+    std::string script;
   };
 
   // Starts every rank; returns false (after reporting it) if one could not be executed.
-  bool startRanks(const std::string& program, const std::vector<std::vector<std::string>>& envs,
-                  std::vector<OutputForwarder::Source>& outputs);
+  bool startRanks(const std::string& program, const std::string& ssh,
+                  const std::vector<Start>& starts, std::vector<OutputForwarder::Source>& outputs);
+  std::vector<int> openOutputFiles();  // --output-filename: stdout, stderr fds per rank
   // Reaps every rank that has exited; returns false once none is running.
   bool reapExited();
   void onRankExit(Rank& r);
+  void checkStarted(const OutputForwarder& forwarder);
+  void signalRank(Rank& r, int sig);
   void beginStop(int sig, const std::string& why);
   void killAll();
+  void abandonRemote();  // SIGKILL and reap the ssh clients still running
   int runningCount() const;
   void say(const std::string& line) const;     // always, to stderr
   void verbose(const std::string& line) const;  // with --verbose
+  double secondsSinceLaunch() const;
 
   LaunchOptions options_;
   std::vector<Rank> ranks_;
+  const OutputForwarder* forwarder_ = nullptr;
   bool stopping_ = false;
   bool killed_ = false;
+  bool allStarted_ = false;
   int exitCode_ = 0;
+  double startTimeoutSeconds_ = 60;
+  std::string nonce_;  // marks a remote rank's start line and the end of its script
+  std::chrono::steady_clock::time_point launchedAt_;
+  std::chrono::steady_clock::time_point startDeadline_;
   std::chrono::steady_clock::time_point killAt_;    // SIGKILL after the grace period
   std::chrono::steady_clock::time_point giveUpAt_;  // stop waiting for unkillable ranks
 };

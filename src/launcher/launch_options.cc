@@ -11,18 +11,6 @@ namespace {
 
 [[noreturn]] void usageError(const std::string& what) { throw UsageError(what); }
 
-// Parses a whole-string integer; `what` names the argument in the error.
-int parsePositiveInt(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  errno = 0;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno != 0 || *end != '\0' || v > 1000000 || v < -1000000) {
-    usageError(what + " expects a positive integer, got '" + text + "'");
-  }
-  if (v <= 0) usageError(what + " must be at least 1, got " + text);
-  return static_cast<int>(v);
-}
-
 double parseSeconds(const std::string& text, const std::string& what) {
   char* end = nullptr;
   errno = 0;
@@ -66,7 +54,14 @@ const std::vector<OptionSpec>& optionSpecs() {
       {{"--start-timeout"}, true},
       {{"--grace-period"}, true},
       {{"-x"}, true},
+      {{"--hostfile", "-hostfile"}, true},
+      {{"--ssh-port", "-p"}, true},
+      {{"--ssh-identity-file", "-i"}, true},
+      {{"--ssh-option"}, true},
+      {{"--network-interface", "--network-interfaces"}, true},
+      {{"--output-filename"}, true},
       {{"--verbose"}, false},
+      {{"-cb", "--check-build"}, false},
       {{"-h", "--help"}, false},
       {{"-v", "--version"}, false},
   };
@@ -74,34 +69,6 @@ const std::vector<OptionSpec>& optionSpecs() {
 }
 
 }  // namespace
-
-std::vector<HostSlots> parseHosts(const std::string& text) {
-  std::vector<HostSlots> hosts;
-  std::set<std::string> seen;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string entry = text.substr(start, comma - start);
-    start = comma + 1;
-    if (entry.empty()) usageError("-H '" + text + "' has an empty host entry");
-    HostSlots h;
-    auto colon = entry.rfind(':');
-    if (colon == std::string::npos) {
-      h.host = entry;
-    } else {
-      h.host = entry.substr(0, colon);
-      h.slots = parsePositiveInt(entry.substr(colon + 1), "-H entry '" + entry + "': slots");
-    }
-    if (h.host.empty()) usageError("-H entry '" + entry + "' has no host name");
-    if (!seen.insert(h.host).second) {
-      usageError("-H lists host '" + h.host + "' more than once; give it once with all its slots");
-    }
-    hosts.push_back(h);
-    if (comma == text.size()) break;
-  }
-  return hosts;
-}
 
 namespace {
 
@@ -113,6 +80,7 @@ void findHelpOrVersion(const std::vector<std::string>& args, LaunchOptions& opt)
     if (arg == "--" || arg.size() < 2 || arg[0] != '-') return;
     if (arg == "-h" || arg == "--help") opt.help = true;
     if (arg == "-v" || arg == "--version") opt.version = true;
+    if (arg == "-cb" || arg == "--check-build") opt.checkBuild = true;
     if (arg.find('=') != std::string::npos) continue;
     for (const auto& s : optionSpecs()) {
       for (const auto& sp : s.spellings) {
@@ -127,8 +95,9 @@ void findHelpOrVersion(const std::vector<std::string>& args, LaunchOptions& opt)
 LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
   LaunchOptions opt;
   findHelpOrVersion(args, opt);
-  if (opt.help || opt.version) return opt;
+  if (opt.help || opt.version || opt.checkBuild) return opt;
   std::optional<std::string> numProcText;
+  std::string hostsFrom;  // "-H" or "--hostfile", once one was seen
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -172,8 +141,40 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       numProcText = value;
       opt.numProc = parsePositiveInt(value, "-np");
     } else if (canonical == "-H") {
+      if (hostsFrom == "--hostfile") usageError("-H and --hostfile both give the hosts; use one");
+      if (hostsFrom == "-H") usageError("-H is given twice; list every host in one -H");
       opt.hosts = parseHosts(value);
       opt.hostsGiven = true;
+      hostsFrom = "-H";
+    } else if (canonical == "--hostfile") {
+      if (hostsFrom == "-H") usageError("-H and --hostfile both give the hosts; use one");
+      if (hostsFrom == "--hostfile") usageError("--hostfile is given twice; give one file");
+      opt.hostfile = value;
+      opt.hosts = readHostfile(value);
+      opt.hostsGiven = true;
+      hostsFrom = "--hostfile";
+    } else if (canonical == "--ssh-port") {
+      opt.sshPort = parsePositiveInt(value, "--ssh-port");
+      if (opt.sshPort > 65535) usageError("--ssh-port must be a TCP port (1-65535), got " + value);
+    } else if (canonical == "--ssh-identity-file") {
+      if (value.empty()) usageError("--ssh-identity-file expects a file name");
+      opt.sshIdentityFile = value;
+    } else if (canonical == "--ssh-option") {
+      if (value.empty() || value[0] == '-') {
+        usageError("--ssh-option expects an ssh option such as UserKnownHostsFile=/path, got '" +
+                   value + "'");
+      }
+      opt.sshOptions.push_back(value);
+    } else if (canonical == "--network-interface") {
+      if (value.empty() || value.find_first_of(" =^") != std::string::npos ||
+          value.front() == ',' || value.back() == ',' || value.find(",,") != std::string::npos) {
+        usageError("--network-interface expects interface names such as eth0 or eth0,ib0, got '" +
+                   value + "'");
+      }
+      opt.networkInterfaces = value;
+    } else if (canonical == "--output-filename") {
+      if (value.empty()) usageError("--output-filename expects a directory");
+      opt.outputDir = value;
     } else if (canonical == "--start-timeout") {
       opt.startTimeoutSeconds = parseSeconds(value, "--start-timeout");
     } else if (canonical == "--grace-period") {
@@ -186,18 +187,20 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       opt.help = true;
     } else if (canonical == "-v") {
       opt.version = true;
+    } else if (canonical == "-cb") {
+      opt.checkBuild = true;
     }
   }
   opt.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
-  if (opt.help || opt.version) return opt;
+  if (opt.help || opt.version || opt.checkBuild) return opt;
   if (!numProcText) usageError("missing -np: say how many ranks to start, e.g. -np 4");
   if (opt.hostsGiven) {
     long long slots = 0;
     for (const auto& h : opt.hosts) slots += h.slots;
     if (opt.numProc > slots) {
       usageError("-np " + std::to_string(opt.numProc) + " is more than the " + std::to_string(slots) +
-                 " slot(s) given by -H");
+                 " slot(s) given by " + hostsFrom);
     }
   } else {
     opt.hosts = {HostSlots{"localhost", opt.numProc}};
@@ -214,32 +217,52 @@ LaunchOptions parseLaunchOptions(int argc, const char* const* argv) {
 
 std::string usageText() {
   return R"(usage: ringfoldrun -np N [options] command [args...]
+       ringfoldrun --check-build
 
-Starts N ranks of `command`, hosts their rendezvous store, and forwards their output
-prefixed with the rank ("[3]<stdout>:..."). If a rank fails, the others are stopped.
+Starts N ranks of `command` on this machine and, over ssh, on other hosts; hosts their
+rendezvous store; forwards their output prefixed with the rank ("[3]<stdout>:..."). If a
+rank fails, or a host cannot be reached, every rank on every host is stopped.
 
-options:
+hosts:
   -np, --num-proc N     number of ranks to start (required)
-  -H, --hosts LIST      hosts and slots, e.g. localhost:4 (default: localhost:N);
-                        only this machine for now (localhost, 127.0.0.1 or its hostname)
-  --start-timeout S     seconds ranks wait for the store and their peers at start-up
-                        (passed to the ranks as RINGFOLD_START_TIMEOUT)
+  -H, --hosts LIST      hosts and slots, e.g. node1:4,node2:4 (default: localhost:N); ranks
+                        fill the hosts in order. localhost, 127.x.x.x, this machine's
+                        hostname and the addresses of its interfaces run here, without ssh
+  --hostfile FILE       hosts from FILE, one per line: "node1 slots=4" ('#' comments)
+  -p, --ssh-port P      ssh port of the remote hosts
+  -i, --ssh-identity-file F
+                        private key for ssh
+  --ssh-option OPT      extra ssh option, passed as "-o OPT" (may repeat), e.g.
+                        UserKnownHostsFile=/path or StrictHostKeyChecking=yes
+  --network-interface IFACES
+                        interface(s) the job uses, e.g. eth0 or eth0,ib0: the store listens
+                        on the first one's address and the ranks get RINGFOLD_SOCKET_IFNAME
+                        (default: the interface of the route to the first remote host)
+run:
+  --start-timeout S     seconds for every host to start its ranks and for ranks to wait for
+                        the store and their peers (passed on as RINGFOLD_START_TIMEOUT;
+                        default: RINGFOLD_START_TIMEOUT or 60)
   --grace-period S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)
   -x VAR[=value]        export VAR to the ranks (with a value: set it), may repeat
-  --verbose             print what the launcher does
+  --output-filename DIR also write each rank's output to DIR/rank.N/stdout and stderr
+  --verbose             print what the launcher does, and how long start-up took
+  -cb, --check-build    show which transports, reducers and bindings this build has
   -h, --help            show this help and exit
   -v, --version         show the version and exit
 
 Options end at the first non-option argument (or "--"); everything after it is the command.
 
-Each rank gets the launcher's environment plus RINGFOLD_RANK, RINGFOLD_SIZE,
-RINGFOLD_LOCAL_RANK, RINGFOLD_LOCAL_SIZE, RINGFOLD_CROSS_RANK, RINGFOLD_CROSS_SIZE,
-RINGFOLD_STORE_ADDR, RINGFOLD_STORE_PORT, RINGFOLD_SECRET, the HOROVOD_* equivalents,
-HOROVOD_HOSTNAME and PYTHONUNBUFFERED=1.
+Each rank gets RINGFOLD_RANK, RINGFOLD_SIZE, RINGFOLD_LOCAL_RANK, RINGFOLD_LOCAL_SIZE,
+RINGFOLD_CROSS_RANK, RINGFOLD_CROSS_SIZE, RINGFOLD_STORE_ADDR, RINGFOLD_STORE_PORT,
+RINGFOLD_SECRET, the HOROVOD_* equivalents, HOROVOD_HOSTNAME and PYTHONUNBUFFERED=1. Local
+ranks inherit the launcher's environment; remote ranks start in the same directory with
+their login environment plus the launcher's RINGFOLD_* and HOROVOD_* variables and the -x
+ones (use -x PATH to pass PATH on). The job secret travels over ssh's stdin, never on a
+command line.
 
 exit status: 0 when every rank exits 0; the first failing rank's status (128+signal if it
-was killed); 130/143 after SIGINT/SIGTERM to the launcher; 2 for bad arguments; 127 when
-the command cannot be run.
+was killed; 255 when ssh failed); 130/143 after SIGINT/SIGTERM to the launcher; 2 for bad
+arguments; 127 when the command cannot be run; 1 when a host did not start in time.
 )";
 }
 

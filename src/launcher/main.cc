@@ -1,8 +1,10 @@
-// ringfoldrun: starts the ranks of a ringfold job on this machine. See launch_options.h for the
-// command line and job.h for what happens to the ranks and which exit code comes back.
+// ringfoldrun: starts the ranks of a ringfold job on this machine and, over ssh, on others. See
+// launch_options.h for the command line and job.h for what happens to the ranks and which exit
+// code comes back.
 #include <cstdio>
 #include <exception>
 
+#include "launcher/check_build.h"
 #include "launcher/job.h"
 #include "launcher/launch_options.h"
 
@@ -20,6 +22,10 @@ int main(int argc, char** argv) {
     }
     if (options.version) {
       std::printf("ringfoldrun (ringfold) %s\n", RINGFOLD_VERSION);
+      return 0;
+    }
+    if (options.checkBuild) {
+      std::fputs(checkBuildReport(RINGFOLD_VERSION).c_str(), stdout);
       return 0;
     }
     std::fflush(stdout);  // nothing buffered may be written twice by a forked child

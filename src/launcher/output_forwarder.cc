@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -71,14 +72,71 @@ void LinePrefixer::finish(std::string& out) {
 }
 
 OutputForwarder::OutputForwarder(std::vector<Source> sources) : sources_(std::move(sources)) {
+  for (size_t i = 0; i < sources_.size(); ++i) state_.push_back(std::make_unique<State>());
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   RF_CHECK_ERRNO(wakeFd_, "eventfd for the output forwarder");
+  eventFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  RF_CHECK_ERRNO(eventFd_, "eventfd for the output forwarder's handshakes");
   thread_ = std::thread([this] { run(); });
 }
 
 OutputForwarder::~OutputForwarder() {
   if (thread_.joinable()) stop(std::chrono::milliseconds(0));
   if (wakeFd_ >= 0) close(wakeFd_);
+  if (eventFd_ >= 0) close(eventFd_);
+}
+
+void OutputForwarder::drainEvents() {
+  uint64_t v;
+  ssize_t unused = read(eventFd_, &v, sizeof v);
+  (void)unused;
+}
+
+std::string OutputForwarder::lastLine(size_t source) const {
+  std::lock_guard<std::mutex> lock(state_[source]->mutex);
+  return state_[source]->lastLine;
+}
+
+void OutputForwarder::emit(size_t i, const std::string& text) {
+  if (text.empty()) return;
+  const Source& src = sources_[i];
+  State& st = *state_[i];
+  const std::string* toWrite = &text;
+  std::string forward;
+  const bool awaitHandshake = !src.handshake.empty() && st.startedNs.load() == 0;
+  if (awaitHandshake || src.copyFd >= 0) {
+    std::string copy;
+    size_t pos = 0;
+    while (pos < text.size()) {  // whole prefixed lines, each ending in '\n'
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size() - 1;
+      std::string_view line(text.data() + pos, nl + 1 - pos);
+      pos = nl + 1;
+      std::string_view content = line.substr(std::min(src.prefix.size(), line.size()));
+      if (!src.handshake.empty() && st.startedNs.load() == 0 &&
+          content.size() == src.handshake.size() + 1 && content.substr(0, src.handshake.size()) == src.handshake) {
+        st.startedNs.store(nowNs());
+        uint64_t one = 1;
+        ssize_t unused = write(eventFd_, &one, sizeof one);
+        (void)unused;
+        continue;
+      }
+      forward.append(line);
+      if (src.copyFd >= 0) copy.append(content);
+    }
+    if (src.copyFd >= 0 && !copy.empty()) writeAll(src.copyFd, copy.data(), copy.size());
+    toWrite = &forward;
+  }
+  if (toWrite->empty()) return;
+  size_t lastStart = toWrite->size() >= 2 ? toWrite->rfind('\n', toWrite->size() - 2) : std::string::npos;
+  lastStart = lastStart == std::string::npos ? 0 : lastStart + 1;
+  lastStart += std::min(src.prefix.size(), toWrite->size() - lastStart);
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.lastLine.assign(*toWrite, lastStart, toWrite->size() - lastStart - 1);
+  }
+  // EPIPE (nobody reads the launcher's output any more): drop it, keep draining the rank.
+  writeAll(src.targetFd, toWrite->data(), toWrite->size());
 }
 
 void OutputForwarder::stop(std::chrono::milliseconds drain) {
@@ -103,8 +161,10 @@ void OutputForwarder::run() {
   auto closeSource = [&](size_t i) {
     out.clear();
     prefixers[i].finish(out);
-    writeAll(sources_[i].targetFd, out.data(), out.size());
+    emit(i, out);
     close(sources_[i].fd);
+    if (sources_[i].copyFd >= 0) close(sources_[i].copyFd);
+    state_[i]->finished.store(true);
     open[i] = false;
     --openCount;
   };
@@ -145,8 +205,7 @@ void OutputForwarder::run() {
       }
       out.clear();
       prefixers[i].feed(buf, static_cast<size_t>(n), out);
-      // EPIPE (nobody reads the launcher's output any more): drop it, keep draining the rank.
-      if (!out.empty()) writeAll(sources_[i].targetFd, out.data(), out.size());
+      emit(i, out);
     }
   }
   // Drain period over: flush what is left of pipes still held open (e.g. by a grandchild).

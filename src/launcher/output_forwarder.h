@@ -14,9 +14,19 @@
 // stop() is called (after a drain period for pipes a leftover grandchild holds open), flushing
 // every unterminated line. A failed write to a closed launcher stdout (EPIPE) drops the output
 // and goes on reading, so ranks never block on a full pipe.
+//
+// Per source, optionally:
+//   * handshake: the first line equal to it is swallowed, and the source counts as started
+//     (started(i), with the time it arrived); eventFd() becomes readable when that happens.
+//     Lines before it are forwarded as usual (a chatty login shell on a remote host).
+//   * copyFd: every forwarded line also goes there, without the prefix (--output-filename);
+//     the forwarder closes it.
+// lastLine(i) is the last complete line a source printed (for error messages about ssh).
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -44,6 +54,8 @@ class OutputForwarder {
     int fd;         // read end; the forwarder closes it
     int targetFd;   // STDOUT_FILENO or STDERR_FILENO
     std::string prefix;
+    std::string handshake = {};  // empty: none
+    int copyFd = -1;
   };
 
   explicit OutputForwarder(std::vector<Source> sources);
@@ -54,10 +66,31 @@ class OutputForwarder {
   // Waits up to `drain` for every pipe to reach EOF, then stops the thread and flushes.
   void stop(std::chrono::milliseconds drain);
 
+  // Readable (an eventfd) whenever a handshake arrived since the last drainEvents().
+  int eventFd() const { return eventFd_; }
+  void drainEvents();
+  bool started(size_t source) const { return state_[source]->startedNs.load() != 0; }
+  // steady_clock time (ns since its epoch) at which the handshake arrived; 0 if not yet.
+  int64_t startedAtNs(size_t source) const { return state_[source]->startedNs.load(); }
+  std::string lastLine(size_t source) const;
+  // Whether the source reached end of file (all it wrote has been forwarded).
+  bool finished(size_t source) const { return state_[source]->finished.load(); }
+
  private:
+  struct State {
+    std::atomic<int64_t> startedNs{0};
+    std::atomic<bool> finished{false};
+    mutable std::mutex mutex;
+    std::string lastLine;
+  };
   void run();
+  // Handles the complete lines of source i in `lines` (handshake, copy, last line), then
+  // forwards what is left.
+  void emit(size_t i, const std::string& prefixed);
 
   std::vector<Source> sources_;
+  std::vector<std::unique_ptr<State>> state_;
+  int eventFd_ = -1;
   int wakeFd_ = -1;  // eventfd: stop() asks the thread to finish
   std::atomic<int64_t> drainDeadlineNs_{0};
   std::thread thread_;

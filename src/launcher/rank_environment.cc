@@ -27,15 +27,9 @@ std::string formatSeconds(double s) {
   return buf;
 }
 
-}  // namespace
-
-std::vector<std::string> buildRankEnvironment(const std::vector<std::string>& base,
-                                              const LaunchOptions& options, const RankSlot& slot,
-                                              const StoreEndpoint& store) {
-  std::vector<std::string> env = base;
-  for (const auto& x : options.exports) {
-    if (x.value) setVar(env, x.name, *x.value);
-  }
+// Step 3 of the header's list: what the launcher decides, which always wins.
+void setRunVariables(std::vector<std::string>& env, const LaunchOptions& options,
+                     const RankSlot& slot, const StoreEndpoint& store) {
   setVar(env, "PYTHONUNBUFFERED", "1");
   const std::pair<const char*, int> ids[] = {
       {"RANK", slot.rank},           {"SIZE", slot.size},
@@ -53,6 +47,39 @@ std::vector<std::string> buildRankEnvironment(const std::vector<std::string>& ba
   if (options.startTimeoutSeconds) {
     setVar(env, "RINGFOLD_START_TIMEOUT", formatSeconds(*options.startTimeoutSeconds));
   }
+  if (!options.networkInterfaces.empty()) {
+    setVar(env, "RINGFOLD_SOCKET_IFNAME", "=" + options.networkInterfaces);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> buildRankEnvironment(const std::vector<std::string>& base,
+                                              const LaunchOptions& options, const RankSlot& slot,
+                                              const StoreEndpoint& store) {
+  std::vector<std::string> env = base;
+  for (const auto& x : options.exports) {
+    if (x.value) setVar(env, x.name, *x.value);
+  }
+  setRunVariables(env, options, slot, store);
+  return env;
+}
+
+std::vector<std::string> buildRemoteEnvironment(const std::vector<std::string>& base,
+                                                const LaunchOptions& options, const RankSlot& slot,
+                                                const StoreEndpoint& store) {
+  std::vector<std::string> env;
+  for (const auto& e : base) {
+    if (e.rfind("RINGFOLD_", 0) == 0 || e.rfind("HOROVOD_", 0) == 0) env.push_back(e);
+  }
+  for (const auto& x : options.exports) {
+    if (x.value) {
+      setVar(env, x.name, *x.value);
+    } else if (auto v = findEnv(base, x.name)) {
+      setVar(env, x.name, *v);
+    }
+  }
+  setRunVariables(env, options, slot, store);
   return env;
 }
 

@@ -1,7 +1,12 @@
 #include "launcher/rank_layout.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <map>
 
 namespace ringfold::launcher {
@@ -19,7 +24,7 @@ std::vector<RankSlot> computeRankLayout(const std::vector<HostSlots>& hosts, int
   }
   if (left > 0) {
     throw UsageError("-np " + std::to_string(numProc) + " is more than the " +
-                     std::to_string(numProc - left) + " slot(s) given by -H");
+                     std::to_string(numProc - left) + " slot(s) the hosts give");
   }
   // crossSize[localRank] = hosts with at least localRank+1 ranks; a host's crossRank for a
   // localRank is its index among those hosts (hosts keep their -H order).
@@ -52,28 +57,63 @@ std::string thisHostname() {
   return buf;
 }
 
-bool isLocalHost(const std::string& host, const std::string& hostname) {
+std::vector<std::string> localAddresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_UP) == 0) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf, sizeof buf);
+    } else {
+      continue;
+    }
+    out.emplace_back(buf);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+bool isLocalHost(const std::string& host, const std::string& hostname,
+                 const std::vector<std::string>& addresses) {
   if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  for (const auto& a : addresses) {
+    if (host == a) return true;
+  }
   if (hostname.empty()) return false;
   if (host == hostname) return true;
   // Short and full forms of this machine's name: "node1" vs "node1.cluster.example".
   auto shortOf = [](const std::string& s) { return s.substr(0, s.find('.')); };
   bool eitherShort = host.find('.') == std::string::npos || hostname.find('.') == std::string::npos;
-  return eitherShort && shortOf(host) == shortOf(hostname);
+  bool isAddress = !host.empty() && (std::isdigit(static_cast<unsigned char>(host[0])) != 0);
+  return eitherShort && !isAddress && shortOf(host) == shortOf(hostname);
 }
 
-void requireLocalHosts(const std::vector<HostSlots>& hosts, const std::string& hostname) {
+std::vector<bool> localHostFlags(const std::vector<HostSlots>& hosts, const std::string& hostname,
+                                 const std::vector<std::string>& addresses) {
+  std::vector<bool> flags;
+  const HostSlots* firstLocal = nullptr;
   for (const auto& h : hosts) {
-    if (!isLocalHost(h.host, hostname)) {
-      throw UsageError("-H names host '" + h.host +
-                       "', which is not this machine: multi-host launch is not supported yet "
-                       "(use localhost, 127.0.0.1 or " +
-                       (hostname.empty() ? std::string("this hostname") : "'" + hostname + "'") + ")");
+    bool local = isLocalHost(h.host, hostname, addresses);
+    if (local && firstLocal != nullptr) {
+      throw UsageError("the hosts list this machine more than once ('" + firstLocal->host +
+                       "' and '" + h.host + "'); give it once with all its slots, e.g. localhost:4");
     }
+    if (local) firstLocal = &h;
+    flags.push_back(local);
   }
-  if (hosts.size() > 1) {
-    throw UsageError("-H lists this machine more than once ('" + hosts[0].host + "' and '" +
-                     hosts[1].host + "'); give it once with all its slots, e.g. localhost:4");
+  return flags;
+}
+
+void markLocalSlots(std::vector<RankSlot>& slots, const std::vector<HostSlots>& hosts,
+                    const std::vector<bool>& localFlags) {
+  for (auto& s : slots) {
+    for (size_t h = 0; h < hosts.size(); ++h) {
+      if (hosts[h].host == s.host) s.local = localFlags[h];
+    }
   }
 }
 

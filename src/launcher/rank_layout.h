@@ -7,10 +7,12 @@
 //                           with this same localRank (hosts with fewer ranks drop out).
 // Hosts that receive no rank are left out of the layout.
 //
-// Locality: a single-host launcher only runs ranks on this machine. isLocalHost() accepts
-// "localhost", any 127.x.x.x address, "::1" and this machine's hostname (short or full).
-// requireLocalHosts() throws UsageError naming the first remote host ("multi-host launch is
-// not supported yet"), or a -H that lists this machine under two names.
+// Locality: ranks on a local host are forked here; the others start over ssh. isLocalHost()
+// accepts "localhost", any 127.x.x.x address, "::1", this machine's hostname (short or full),
+// and any address of one of its interfaces (so `-H 10.0.0.1:2,...` run from 10.0.0.1 needs no
+// ssh to itself). Names are not resolved (no DNS on the launch path): a name that only
+// resolves to this machine counts as remote. localHostFlags() throws UsageError when hosts
+// list this machine under two names (the local ranks would get wrong local ranks).
 #pragma once
 
 #include <string>
@@ -28,6 +30,7 @@ struct RankSlot {
   int crossRank = 0;
   int crossSize = 1;
   std::string host;  // as written in -H (HOROVOD_HOSTNAME)
+  bool local = true;  // runs on this machine (else over ssh)
 };
 
 // Places `numProc` ranks on `hosts`. Throws UsageError if the slots are too few.
@@ -35,7 +38,15 @@ std::vector<RankSlot> computeRankLayout(const std::vector<HostSlots>& hosts, int
 
 // This machine's hostname (gethostname), empty if it cannot be read.
 std::string thisHostname();
-bool isLocalHost(const std::string& host, const std::string& hostname);
-void requireLocalHosts(const std::vector<HostSlots>& hosts, const std::string& hostname);
+// The addresses of this machine's interfaces that are up, as text ("10.0.0.1", "fe80::1").
+std::vector<std::string> localAddresses();
+bool isLocalHost(const std::string& host, const std::string& hostname,
+                 const std::vector<std::string>& addresses = {});
+// For each host, whether it is this machine. Throws UsageError if two of them are.
+std::vector<bool> localHostFlags(const std::vector<HostSlots>& hosts, const std::string& hostname,
+                                 const std::vector<std::string>& addresses);
+// Sets each slot's `local` from its host.
+void markLocalSlots(std::vector<RankSlot>& slots, const std::vector<HostSlots>& hosts,
+                    const std::vector<bool>& localFlags);
 
 }  // namespace ringfold::launcher

@@ -22,8 +22,8 @@ bool isExecutableFile(const std::string& path) {
 }
 
 // Child side, after fork: async-signal-safe calls only. Never returns.
-[[noreturn]] void execChild(pid_t parent, int outW, int errW, int statusW, const char* program,
-                            char* const* argv, char* const* envp) {
+[[noreturn]] void execChild(pid_t parent, int inR, int outW, int errW, int statusW,
+                            const char* program, char* const* argv, char* const* envp) {
   auto fail = [statusW](int err) {
     // The parent reads errno from the status pipe; its write end closes on a successful exec.
     ssize_t unused = write(statusW, &err, sizeof err);
@@ -34,9 +34,9 @@ bool isExecutableFile(const std::string& path) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(errno);
   if (getppid() != parent) _exit(137);  // the launcher died before PDEATHSIG was armed
 
-  int devNull = open("/dev/null", O_RDONLY);
-  if (devNull < 0) fail(errno);
-  if (dup2(devNull, STDIN_FILENO) < 0 || dup2(outW, STDOUT_FILENO) < 0 ||
+  int in = inR >= 0 ? inR : open("/dev/null", O_RDONLY);
+  if (in < 0) fail(errno);
+  if (dup2(in, STDIN_FILENO) < 0 || dup2(outW, STDOUT_FILENO) < 0 ||
       dup2(errW, STDERR_FILENO) < 0) {
     fail(errno);
   }
@@ -85,19 +85,33 @@ std::optional<std::string> resolveProgram(const std::string& name,
 }
 
 RankProcess spawnRank(int rank, const std::string& program, const std::vector<std::string>& argv,
-                      const std::vector<std::string>& env) {
+                      const std::vector<std::string>& env, bool stdinPipe) {
+  int inPipe[2] = {-1, -1};
+  if (stdinPipe) RF_CHECK_ERRNO(pipe2(inPipe, O_CLOEXEC), "stdin pipe for rank ", rank);
+  auto closeIn = [&] {
+    for (int fd : inPipe) {
+      if (fd >= 0) close(fd);
+    }
+  };
   int outPipe[2], errPipe[2], statusPipe[2];
-  RF_CHECK_ERRNO(pipe2(outPipe, O_CLOEXEC), "stdout pipe for rank ", rank);
+  if (pipe2(outPipe, O_CLOEXEC) != 0) {
+    int e = errno;
+    closeIn();
+    errno = e;
+    RF_CHECK_ERRNO(-1, "stdout pipe for rank ", rank);
+  }
   if (pipe2(errPipe, O_CLOEXEC) != 0) {
     int e = errno;
     close(outPipe[0]);
     close(outPipe[1]);
+    closeIn();
     errno = e;
     RF_CHECK_ERRNO(-1, "stderr pipe for rank ", rank);
   }
   if (pipe2(statusPipe, O_CLOEXEC) != 0) {
     int e = errno;
     for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1]}) close(fd);
+    closeIn();
     errno = e;
     RF_CHECK_ERRNO(-1, "exec-status pipe for rank ", rank);
   }
@@ -108,15 +122,18 @@ RankProcess spawnRank(int rank, const std::string& program, const std::vector<st
 
   pid_t pid = fork();
   if (pid == 0) {
-    execChild(parent, outPipe[1], errPipe[1], statusPipe[1], program.c_str(), cArgv.data(),
-              cEnv.data());
+    execChild(parent, inPipe[0], outPipe[1], errPipe[1], statusPipe[1], program.c_str(),
+              cArgv.data(), cEnv.data());
   }
   int forkErrno = errno;
   close(outPipe[1]);
   close(errPipe[1]);
   close(statusPipe[1]);
+  if (inPipe[0] >= 0) close(inPipe[0]);
+  inPipe[0] = -1;
   if (pid < 0) {
     for (int fd : {outPipe[0], errPipe[0], statusPipe[0]}) close(fd);
+    closeIn();
     errno = forkErrno;
     RF_CHECK_ERRNO(-1, "fork for rank ", rank);
   }
@@ -137,9 +154,11 @@ RankProcess spawnRank(int rank, const std::string& program, const std::vector<st
     }
     close(outPipe[0]);
     close(errPipe[0]);
+    closeIn();
     throw SpawnError("cannot execute '" + program + "': " + std::strerror(childErrno));
   }
-  return RankProcess{rank, pid, outPipe[0], errPipe[0]};
+  if (inPipe[1] >= 0) fcntl(inPipe[1], F_SETFL, O_NONBLOCK);
+  return RankProcess{rank, pid, outPipe[0], errPipe[0], inPipe[1]};
 }
 
 bool signalGroup(pid_t pgid, int sig) {

@@ -5,7 +5,8 @@
 //     fork so the parent may signal the group at once), asks for SIGKILL when the launcher's
 //     thread that forked it dies (PR_SET_PDEATHSIG; it exits at once if the launcher is already
 //     gone), gets /dev/null as stdin (ranks run in background groups, so a terminal read would
-//     stop them), stdout/stderr on pipes, the default signal mask and dispositions, and execs
+//     stop them) or, with stdinPipe, a pipe whose write end the caller gets (the ssh client of
+//     a remote rank), stdout/stderr on pipes, the default signal mask and dispositions, and execs
 //     `program` with `argv` and `env`. Nothing but async-signal-safe calls run in the child.
 //   * An exec failure is reported to the parent through a close-on-exec pipe, so spawnRank()
 //     throws SpawnError("cannot execute 'x': No such file or directory") instead of returning a
@@ -37,13 +38,14 @@ struct RankProcess {
   pid_t pid = -1;        // also its process group id
   int stdoutFd = -1;     // read ends, owned by the caller (close-on-exec)
   int stderrFd = -1;
+  int stdinFd = -1;      // write end with stdinPipe (close-on-exec, non-blocking), else -1
 };
 
 // Returns the path to exec, or std::nullopt if `name` is not an executable found on PATH.
 std::optional<std::string> resolveProgram(const std::string& name, const std::vector<std::string>& env);
 
 RankProcess spawnRank(int rank, const std::string& program, const std::vector<std::string>& argv,
-                      const std::vector<std::string>& env);
+                      const std::vector<std::string>& env, bool stdinPipe = false);
 
 // Signals the process group `pgid`; ESRCH (group gone) is not an error. Returns true if sent.
 bool signalGroup(pid_t pgid, int sig);

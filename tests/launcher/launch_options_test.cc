@@ -150,17 +150,31 @@ TEST(RankLayout, OnlyThisMachineIsLocal) {
   EXPECT_FALSE(isLocalHost("node2", "node1"));
   EXPECT_FALSE(isLocalHost("node1.other.org", "node1.example.org"));
   EXPECT_FALSE(isLocalHost("10.0.0.1", "node1"));
+  EXPECT_FALSE(isLocalHost("10.0.0.1", "10"));  // an address is never a short hostname
   EXPECT_FALSE(isLocalHost("node1", ""));
+  // An address of one of this machine's interfaces is this machine.
+  EXPECT_TRUE(isLocalHost("10.0.0.1", "node1", {"10.0.0.1", "fe80::1"}));
+  EXPECT_TRUE(isLocalHost("fe80::1", "node1", {"10.0.0.1", "fe80::1"}));
+  EXPECT_FALSE(isLocalHost("10.0.0.2", "node1", {"10.0.0.1"}));
+  for (const auto& a : localAddresses()) EXPECT_FALSE(a.empty());
+}
 
-  EXPECT_NO_THROW(requireLocalHosts({{"localhost", 4}}, "node1"));
+TEST(RankLayout, LocalHostFlagsAndSlots) {
+  std::vector<HostSlots> hosts = {{"10.0.0.1", 2}, {"node7", 2}, {"node8", 1}};
+  auto flags = localHostFlags(hosts, "node1", {"10.0.0.1"});
+  EXPECT_EQ(flags, (std::vector<bool>{true, false, false}));
+  auto slots = computeRankLayout(hosts, 5);
+  markLocalSlots(slots, hosts, flags);
+  const bool want[] = {true, true, false, false, false};
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(slots[r].local, want[r]) << r;
   try {
-    requireLocalHosts({{"localhost", 2}, {"node7", 2}}, "node1");
-    FAIL() << "a remote host was accepted";
+    localHostFlags({{"localhost", 2}, {"node7", 1}, {"127.0.0.1", 2}}, "node1", {});
+    FAIL() << "this machine listed twice was accepted";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("'node7'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("multi-host launch is not supported yet"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("'localhost' and '127.0.0.1'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(requireLocalHosts({{"localhost", 2}, {"127.0.0.1", 2}}, "node1"), UsageError);
+  EXPECT_THROW(localHostFlags({{"node1", 1}, {"10.0.0.1", 1}}, "node1", {"10.0.0.1"}), UsageError);
+  EXPECT_NO_THROW(localHostFlags({{"a", 1}, {"b", 1}}, "node1", {}));  // all remote is fine
 }
 
 TEST(RankEnvironment, SetsIdentityStoreAndExports) {

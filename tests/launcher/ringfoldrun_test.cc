@@ -46,7 +46,8 @@ TEST(Ringfoldrun, UsageErrorsExitTwoNamingTheArgument) {
       {{"-np", "3", "-H", "localhost:2", "true"}, "-np 3 is more than the 2 slot(s) given by -H"},
       {{"-np", "2", "--bogus", "true"}, "unknown option '--bogus'"},
       {{"-np", "2"}, "no command given"},
-      {{"-np", "2", "-H", "gpu-node-17:2", "true"}, "multi-host launch is not supported yet"},
+      {{"-np", "2", "-H", "localhost:1,127.0.0.1:1", "true"}, "list this machine more than once"},
+      {{"-np", "2", "--hostfile", "/nonexistent/hosts", "true"}, "cannot read hostfile"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.message);
