@@ -68,15 +68,16 @@ std::unique_ptr<Communicator> Communicator::connect(rendezvous::Store& store, in
                                         makeCpuReducer());
 }
 
-std::unique_ptr<Communicator> Communicator::fromEnvironment() {
+std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
   setLogRank(info.rank);
   auto job = std::make_shared<rendezvous::JobStore>(rendezvous::openJobStore(info));
   // A single process talks to nobody: unless a transport was asked for, skip io_uring.
   const std::string transportName =
       info.size == 1 && !params::kTransport.isSet() ? "loopback" : "";
-  auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName));
-  comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), "rf");
+  const std::string prefix = incarnation > 0 ? "rf/inc" + std::to_string(incarnation) : "rf";
+  auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName), prefix);
+  comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);
   comm->keepAlive(std::move(job));
   return comm;
 }

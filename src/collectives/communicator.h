@@ -57,7 +57,9 @@ class Communicator {
   // the TCP store (hosted by this process when it is rank 0 and nobody else hosts it), and the
   // transport named by RINGFOLD_TRANSPORT (loopback for a single process when it is unset).
   // Errors name the variable that is wrong.
-  static std::unique_ptr<Communicator> fromEnvironment();
+  // `incarnation` > 0 puts every store key under "rf/inc<N>", so that a job that shuts down and
+  // starts again (same store, same ranks) never meets the previous incarnation's addresses.
+  static std::unique_ptr<Communicator> fromEnvironment(int incarnation = 0);
 
   Communicator(int rank, int size, std::unique_ptr<transport::Device> device,
                std::vector<std::unique_ptr<transport::Connection>> peers,

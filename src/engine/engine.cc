@@ -123,12 +123,12 @@ Engine::~Engine() {
 }
 
 std::unique_ptr<Engine> Engine::fromEnvironment(std::vector<std::vector<int>> processSets,
-                                                std::optional<bool> dynamicProcessSets) {
+                                                std::optional<bool> dynamicProcessSets, int incarnation) {
   EngineOptions options = EngineOptions::fromParams();
   options.processSets = std::move(processSets);
   if (dynamicProcessSets) options.dynamicProcessSets = *dynamicProcessSets;
   const rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
-  auto world = Communicator::fromEnvironment();
+  auto world = Communicator::fromEnvironment(incarnation);
   // Hosts as the launcher laid them out; without that (uneven placement), by host name.
   const std::string hostId = info.crossRank >= 0 ? "host#" + std::to_string(info.crossRank) : thisHostName();
   const HostLayout layout = describeHosts(*world, hostId);
@@ -199,9 +199,10 @@ Handle Engine::enqueue(TensorArgs args) {
 std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets) {
   std::vector<Handle> handles;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!failure_.empty()) RF_THROW(Error, failure_);
+  if (!failure_.empty()) throw EngineStopped(failureCode_, failure_);
   if (shutdownRequested_ || !running_) {
-    RF_THROW(Error, "ringfold has been shut down: no operation can be submitted after shutdown()");
+    throw EngineStopped(StatusCode::kPreconditionError,
+                        "ringfold has been shut down: no operation can be submitted after shutdown()");
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     const int id = sets[i];

@@ -45,6 +45,19 @@
 
 namespace ringfold::engine {
 
+// Thrown by enqueue once the engine takes no more work: after shutdown() (on any rank) or after
+// a failure stopped it. what() says which.
+class EngineStopped : public Error {
+ public:
+  EngineStopped(StatusCode code, const std::string& what) : Error(what), code_(code) {}
+  // kPreconditionError after shutdown; the failure's code (e.g. kAborted for a dead peer) after
+  // a failure.
+  StatusCode code() const { return code_; }
+
+ private:
+  StatusCode code_;
+};
+
 struct EngineOptions {
   uint64_t fusionThresholdBytes = 128ull << 20;
   double cycleTimeMs = 1.0;
@@ -101,9 +114,12 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Bootstrap from the environment (Communicator::fromEnvironment) and params.
+  // Bootstrap from the environment (Communicator::fromEnvironment) and params. `incarnation`
+  // numbers successive inits of one job (shutdown, then init again: elastic training); every
+  // rank passes the same number, and each incarnation meets under its own store keys.
   static std::unique_ptr<Engine> fromEnvironment(std::vector<std::vector<int>> processSets = {},
-                                                 std::optional<bool> dynamicProcessSets = {});
+                                                 std::optional<bool> dynamicProcessSets = {},
+                                                 int incarnation = 0);
 
   Handle enqueue(TensorArgs args);
   // A grouped call: the tensors are negotiated and released together.

@@ -1,0 +1,351 @@
+// Internals of the C ABI: errors, the library's state, argument conversion, handles (capi.h).
+#include "bindings/c/capi.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <new>
+#include <utility>
+
+#include "common/dtype.h"
+#include "common/params.h"
+#include "rendezvous/bootstrap.h"
+
+namespace ringfold {
+namespace capi {
+
+using detail::concat;
+using engine::StatusCode;
+
+static_assert(RINGFOLD_OK == static_cast<int>(StatusCode::kOk));
+static_assert(RINGFOLD_UNKNOWN_ERROR == static_cast<int>(StatusCode::kUnknownError));
+static_assert(RINGFOLD_PRECONDITION_ERROR == static_cast<int>(StatusCode::kPreconditionError));
+static_assert(RINGFOLD_ABORTED == static_cast<int>(StatusCode::kAborted));
+static_assert(RINGFOLD_INVALID_ARGUMENT == static_cast<int>(StatusCode::kInvalidArgument));
+static_assert(RINGFOLD_IN_PROGRESS == static_cast<int>(StatusCode::kInProgress));
+static_assert(RINGFOLD_INT8 == static_cast<int>(DataType::kInt8));
+static_assert(RINGFOLD_UINT8 == static_cast<int>(DataType::kUint8));
+static_assert(RINGFOLD_INT32 == static_cast<int>(DataType::kInt32));
+static_assert(RINGFOLD_UINT32 == static_cast<int>(DataType::kUint32));
+static_assert(RINGFOLD_INT64 == static_cast<int>(DataType::kInt64));
+static_assert(RINGFOLD_UINT64 == static_cast<int>(DataType::kUint64));
+static_assert(RINGFOLD_FLOAT16 == static_cast<int>(DataType::kFloat16));
+static_assert(RINGFOLD_FLOAT32 == static_cast<int>(DataType::kFloat32));
+static_assert(RINGFOLD_FLOAT64 == static_cast<int>(DataType::kFloat64));
+static_assert(RINGFOLD_BFLOAT16 == static_cast<int>(DataType::kBfloat16));
+static_assert(RINGFOLD_BOOL == static_cast<int>(DataType::kBool));
+static_assert(RINGFOLD_BOOL + 1 == kNumDataTypes);
+static_assert(RINGFOLD_CPU_DEVICE == engine::kCpuDevice);
+
+namespace {
+
+constexpr int kMaxDims = 64;
+constexpr int kHandleBits = 40;  // engine handle in the low bits, generation above
+constexpr int64_t kHandleMask = (int64_t{1} << kHandleBits) - 1;
+
+thread_local std::string tError;
+thread_local const char* tErrorFallback = nullptr;  // set when the message could not be stored
+
+// ---- the library's state ----------------------------------------------------------------------
+
+class Library {
+ public:
+  ~Library() {
+    // A process that exits initialized: shut down as Horovod's static destructor does. Never in
+    // a forked child (the engine's thread exists only in the parent).
+    std::shared_ptr<Engine> engine;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pid_ == getpid()) engine = std::move(engine_);
+      abandonLocked();
+    }
+    if (engine) {
+      try {
+        engine->shutdown();
+      } catch (...) {
+      }
+    }
+  }
+
+  std::mutex& lifecycle() { return lifecycle_; }
+
+  Session current() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!engine_ || pid_ != getpid()) return {};
+    return {engine_, generation_, dynamic_};
+  }
+
+  Session require() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (engine_ && pid_ != getpid()) {
+      precondition(concat("ringfold was initialized in process ", pid_,
+                          "; this process is a fork() of it and must call horovod_init itself"));
+    }
+    if (!engine_) precondition("ringfold is not initialized (call horovod_init or ringfold_init first)");
+    return {engine_, generation_, dynamic_};
+  }
+
+  // The number the next init will have (0 for the first): every rank of a job counts its inits
+  // alike, so it names the incarnation in the store (Engine::fromEnvironment).
+  int64_t nextGeneration() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return generation_ + 1;
+  }
+
+  void publish(std::shared_ptr<Engine> engine, bool dynamic) {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandonLocked();
+    engine_ = std::move(engine);
+    ++generation_;
+    pid_ = getpid();
+    dynamic_ = dynamic;
+    unnamed_.clear();
+  }
+
+  // Takes the engine out (null when there is none in this process).
+  std::shared_ptr<Engine> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pid_ != getpid()) {
+      abandonLocked();
+      return nullptr;
+    }
+    return std::move(engine_);
+  }
+
+  std::string autoName(OpType op, int processSet) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t n = unnamed_[{static_cast<int>(op), processSet}]++;
+    return concat(engine::opTypeLowerName(op), ".noname.", n);
+  }
+
+ private:
+  // A forked child's copy of the parent's engine: never destroyed (that would join a thread
+  // that does not exist here), but kept reachable.
+  void abandonLocked() {
+    if (engine_ && pid_ != getpid()) {
+      static auto* abandoned = new std::vector<std::shared_ptr<Engine>>();
+      abandoned->push_back(std::move(engine_));
+    }
+    engine_.reset();
+  }
+
+  std::mutex lifecycle_;  // serializes init and shutdown
+  std::mutex mu_;         // guards what follows
+  std::shared_ptr<Engine> engine_;
+  int64_t generation_ = -1;  // the first init is generation 0: its handles are 1, 2, 3, ...
+  pid_t pid_ = 0;
+  bool dynamic_ = false;
+  std::map<std::pair<int, int>, uint64_t> unnamed_;
+};
+
+Library gLibrary;
+
+DataType toDataType(int code) {
+  if (code < 0 || code >= kNumDataTypes) {
+    invalid(concat("unknown dtype code ", code, " (expected RINGFOLD_INT8 (0) to RINGFOLD_BOOL (", RINGFOLD_BOOL,
+                   "))"));
+  }
+  return static_cast<DataType>(code);
+}
+
+// Checks shape/ndim; *bytes receives the tensor's size.
+std::vector<int64_t> toShape(const int64_t* shape, int ndim, DataType dtype, size_t* bytes) {
+  if (ndim < 0 || ndim > kMaxDims) invalid(concat("ndim is ", ndim, "; it must be between 0 and ", kMaxDims));
+  if (ndim > 0 && shape == nullptr) invalid(concat("shape is NULL but ndim is ", ndim));
+  std::vector<int64_t> out(shape, shape + ndim);
+  // The product of the non-zero dimensions, in bytes, must fit in 63 bits (so no product the
+  // engine forms, in any order, overflows).
+  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dataTypeSize(dtype));
+  int64_t nonZero = 1;
+  bool empty = false;
+  for (int i = 0; i < ndim; ++i) {
+    if (out[i] < 0) invalid(concat("dimension ", i, " of shape ", engine::shapeString(out), " is negative"));
+    if (out[i] == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonZero > limit / out[i]) invalid(concat("shape ", engine::shapeString(out), " is too large"));
+    nonZero *= out[i];
+  }
+  *bytes = empty ? 0 : static_cast<size_t>(nonZero) * dataTypeSize(dtype);
+  return out;
+}
+
+}  // namespace
+
+// ---- errors -------------------------------------------------------------------------------------
+
+void precondition(const std::string& what) { throw ApiError(RINGFOLD_PRECONDITION_ERROR, what); }
+void invalid(const std::string& what) { throw InvalidArgument(what); }
+
+void clearError() noexcept {
+  tError.clear();
+  tErrorFallback = nullptr;
+}
+
+void setError(const char* fn, const std::string& what) noexcept {
+  try {
+    tError = fn ? concat(fn, ": ", what) : what;
+    tErrorFallback = nullptr;
+  } catch (...) {
+    tErrorFallback = "ringfold: out of memory while recording an error message";
+  }
+}
+
+const char* lastError() noexcept { return tErrorFallback ? tErrorFallback : tError.c_str(); }
+
+int recordCurrentException(const char* fn) noexcept {
+  try {
+    throw;
+  } catch (const ApiError& e) {
+    setError(fn, e.what());
+    return e.code();
+  } catch (const InvalidArgument& e) {
+    setError(fn, e.what());
+    return RINGFOLD_INVALID_ARGUMENT;
+  } catch (const MismatchError& e) {
+    setError(fn, e.what());
+    return RINGFOLD_INVALID_ARGUMENT;
+  } catch (const IoError& e) {
+    setError(fn, e.what());
+    return RINGFOLD_ABORTED;
+  } catch (const TimeoutError& e) {
+    setError(fn, e.what());
+    return RINGFOLD_ABORTED;
+  } catch (const std::bad_alloc&) {
+    setError(fn, "out of memory");
+    return RINGFOLD_UNKNOWN_ERROR;
+  } catch (const std::exception& e) {
+    setError(fn, e.what());
+    return RINGFOLD_UNKNOWN_ERROR;
+  } catch (...) {
+    setError(fn, "unknown exception");
+    return RINGFOLD_UNKNOWN_ERROR;
+  }
+}
+
+// ---- state --------------------------------------------------------------------------------------
+
+Session current() { return gLibrary.current(); }
+Session require() { return gLibrary.require(); }
+
+void initialize(const int* ranks, int nranks, const int* psRanks, const int* psSizes, int numPs) {
+  std::lock_guard<std::mutex> lifecycle(gLibrary.lifecycle());
+  if (gLibrary.current().engine) return;  // already initialized: nothing to do (as Horovod)
+  if (nranks < 0) invalid(concat("nranks is ", nranks));
+  if (nranks > 0 && ranks == nullptr) invalid(concat("ranks is NULL but nranks is ", nranks));
+  if (numPs < 0) invalid(concat("num_ps is ", numPs));
+  if (numPs > 0 && psSizes == nullptr) invalid(concat("ps_sizes is NULL but num_ps is ", numPs));
+  int64_t total = 0;
+  for (int i = 0; i < numPs; ++i) {
+    if (psSizes[i] <= 0) {
+      invalid(concat("process set ", i, " passed to init has ", psSizes[i], " ranks; a process set needs at least one"));
+    }
+    total += psSizes[i];
+  }
+  if (total > 0 && psRanks == nullptr) invalid(concat("ps_ranks is NULL but ps_sizes add up to ", total));
+  std::vector<std::vector<int>> sets;
+  for (int i = 0, at = 0; i < numPs; at += psSizes[i], ++i) sets.emplace_back(psRanks + at, psRanks + at + psSizes[i]);
+
+  if (nranks > 0) {
+    const auto info = rendezvous::bootstrapFromEnvironment();
+    bool all = nranks == info.size;
+    for (int i = 0; all && i < nranks; ++i) all = ranks[i] == i;
+    if (!all) {
+      invalid(concat("init with ranks ", engine::shapeString(std::vector<int64_t>(ranks, ranks + nranks)),
+                     " is not supported: ringfold's ranks are the launcher's 0..", info.size - 1,
+                     " and every rank takes part; to run collectives on a subset of ranks, pass it as a "
+                     "process set (ps_ranks/ps_sizes) or add one with horovod_add_process_set"));
+    }
+  }
+  const bool dynamic = params::kDynamicProcessSets.asBool();
+  std::shared_ptr<Engine> engine = Engine::fromEnvironment(std::move(sets), dynamic, static_cast<int>(gLibrary.nextGeneration()));
+  gLibrary.publish(std::move(engine), dynamic);
+}
+
+void shutdown() {
+  std::lock_guard<std::mutex> lifecycle(gLibrary.lifecycle());
+  std::shared_ptr<Engine> engine = gLibrary.take();
+  if (engine) engine->shutdown();
+}
+
+// ---- arguments ----------------------------------------------------------------------------------
+
+TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* shape, int ndim, int processSet,
+                      int device, size_t* bytes) {
+  TensorArgs a;
+  a.op = op;
+  a.dtype = toDataType(dtype);
+  a.shape = toShape(shape, ndim, a.dtype, bytes);
+  a.input = input;
+  a.processSet = processSet;
+  a.device = device;
+  if (*bytes > 0 && input == nullptr) invalid("input is NULL");
+  return a;
+}
+
+ReduceOp toReduceOp(int horovodCode) {
+  switch (horovodCode) {
+    case RINGFOLD_OP_AVERAGE:
+      return ReduceOp::kAvg;
+    case RINGFOLD_OP_SUM:
+      return ReduceOp::kSum;
+    case RINGFOLD_OP_MIN:
+      return ReduceOp::kMin;
+    case RINGFOLD_OP_MAX:
+      return ReduceOp::kMax;
+    case RINGFOLD_OP_PRODUCT:
+      return ReduceOp::kProd;
+    case RINGFOLD_OP_ADASUM:
+      invalid("reduce op ADASUM (2) is not supported by ringfold; use SUM (1) or AVERAGE (0)");
+    default:
+      invalid(concat("unknown reduce op code ", horovodCode,
+                     " (expected Horovod's: 0 average, 1 sum, 3 min, 4 max, 5 product)"));
+  }
+}
+
+void requireReducible(const TensorArgs& a) {
+  if (!isReducible(a.dtype)) invalid(concat("dtype ", dataTypeName(a.dtype), " cannot be reduced"));
+}
+
+void requireOut(const void* p, const char* what) {
+  if (p == nullptr) invalid(concat(what, " is NULL"));
+}
+
+std::string nameFor(const char* name, OpType op, int processSet) {
+  if (name) return name;
+  return gLibrary.autoName(op, processSet);
+}
+
+// ---- handles ------------------------------------------------------------------------------------
+
+int64_t encodeHandle(const Session& s, Handle h) {
+  if (h <= 0 || h > kHandleMask) RF_THROW(Error, "engine handle ", h, " out of the C ABI's range");
+  return (s.generation << kHandleBits) | h;
+}
+
+std::string unknownHandle(int64_t handle) {
+  return concat("unknown handle ", handle, " (never created, already released, or from before the last shutdown)");
+}
+
+Handle decodeHandle(const Session& s, int64_t handle) {
+  if (handle <= 0 || (handle >> kHandleBits) != s.generation) invalid(unknownHandle(handle));
+  return handle & kHandleMask;
+}
+
+const Result& completedResult(const Session& s, int64_t handle) {
+  const Result* r =
+      withHandle(s, handle, [&](Handle h) { return s.engine->handles().wait(h, std::chrono::milliseconds(0)); });
+  if (r == nullptr) precondition(concat("handle ", handle, " has not completed yet (ringfold_wait for it first)"));
+  if (!r->status.ok()) {
+    throw ApiError(static_cast<int>(r->status.code),
+                   concat("the operation of handle ", handle, " failed: ", r->status.message));
+  }
+  return *r;
+}
+
+}  // namespace capi
+}  // namespace ringfold

