@@ -28,6 +28,7 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <string_view>
 #include <cstdlib>
 #include <atomic>
 #include <vector>
@@ -151,6 +152,18 @@ void localFromSet(const NameSet& set, int size, BootstrapInfo& info, Var& lrVar,
   auto ls = env(set.localSize);
   if (size == 1 && (!lr || !ls)) return;
   if (!lr) RF_THROW(InvalidArgument, set.rank, " is set but ", set.localRank, " is not");
+  if (!ls && std::string_view(set.source) == "torchrun") {
+    // Azure ML sets torchrun's names but not LOCAL_WORLD_SIZE: take RINGFOLD_LOCAL_SIZE, else
+    // leave it unknown (-1); the engine then counts the ranks on each host by host name.
+    if (auto given = params::kLocalSize.lookup()) {
+      ls = *given;
+    } else {
+      info.localRank = toInt(*lr);
+      info.localSize = -1;
+      lrVar = *lr;
+      return;
+    }
+  }
   if (!ls) RF_THROW(InvalidArgument, set.rank, " is set but ", set.localSize, " is not");
   info.localRank = toInt(*lr);
   info.localSize = toInt(*ls);
@@ -171,17 +184,24 @@ void deriveCross(BootstrapInfo& info) {
     return;
   }
   if (info.source == "torchrun") {
-    if (auto gr = env("GROUP_RANK")) {
+    // torchrun's GROUP_RANK; Azure ML's NODE_RANK.
+    auto gr = env("GROUP_RANK");
+    if (!gr) gr = env("NODE_RANK");
+    if (gr) {
       info.crossRank = toInt(*gr);
       if (auto gws = env("GROUP_WORLD_SIZE")) {
         info.crossSize = toInt(*gws);
         requireLess(info.crossRank, *gr, info.crossSize, *gws);
         return;
       }
-      if (info.size % info.localSize == 0) {
+      if (info.localSize > 0 && info.size % info.localSize == 0) {
         info.crossSize = info.size / info.localSize;
         Var derived{std::to_string(info.crossSize), "WORLD_SIZE/LOCAL_WORLD_SIZE"};
         requireLess(info.crossRank, *gr, info.crossSize, derived);
+        return;
+      }
+      if (info.localSize < 0) {  // the node index is known, the node count is not (Azure ML)
+        info.crossSize = -1;
         return;
       }
     }
@@ -200,7 +220,7 @@ void deriveCross(BootstrapInfo& info) {
       return;
     }
   }
-  if (info.size % info.localSize == 0) {
+  if (info.localSize > 0 && info.size % info.localSize == 0) {
     info.crossRank = info.rank / info.localSize;
     info.crossSize = info.size / info.localSize;
   } else {
@@ -266,7 +286,9 @@ void deriveSecret(BootstrapInfo& info) {
   }
   std::optional<Var> id;
   for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid"}) {
-    if ((id = env(name))) break;
+    // torchrun's default --rdzv-id is "none": the same for every job, so no identity at all.
+    if ((id = env(name)) && id->first != "none") break;
+    id.reset();
   }
   if (!id) {
     for (auto [a, p] : {std::pair{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"},
@@ -383,11 +405,11 @@ BootstrapInfo bootstrapFromEnvironment() {
   Var lrVar{"0", "local rank"}, lsVar{"1", "local size"};
   localFromSet(*set, info.size, info, lrVar, lsVar);
   if (info.localRank < 0) RF_THROW(InvalidArgument, lrVar.second, "='", lrVar.first, "' is negative");
-  if (info.localSize < 1 || info.localSize > info.size) {
+  if (info.localSize != -1 && (info.localSize < 1 || info.localSize > info.size)) {
     RF_THROW(InvalidArgument, lsVar.second, "='", lsVar.first, "' must be between 1 and ",
              sizeVar->second, "='", sizeVar->first, "'");
   }
-  requireLess(info.localRank, lrVar, info.localSize, lsVar);
+  if (info.localSize != -1) requireLess(info.localRank, lrVar, info.localSize, lsVar);
   deriveCross(info);
   setLogRank(info.rank);
   if (info.size == 1) return info;

@@ -36,7 +36,7 @@ struct BootstrapInfo {
   int rank = 0;
   int size = 1;
   int localRank = 0;
-  int localSize = 1;
+  int localSize = 1;       // -1 when unknown (Azure ML: torchrun's names without LOCAL_WORLD_SIZE)
   int crossRank = 0;       // -1 when it cannot be derived (uneven placement)
   int crossSize = 1;       // -1 when it cannot be derived
   std::string storeAddr;  // empty for a single process

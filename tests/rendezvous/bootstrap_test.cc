@@ -25,7 +25,7 @@ const char* kVars[] = {
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL",
+    "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "NODE_RANK",
 };
 
 class Bootstrap : public ::testing::Test {
@@ -169,6 +169,32 @@ TEST_F(Bootstrap, TorchrunNamesPortAndSecret) {
   EXPECT_TRUE(info.hostStore);
 }
 
+// torchrun's default --rdzv-id "none" is no job identity: two jobs on different master ports
+// must not derive the same secret.
+TEST_F(Bootstrap, TorchrunDefaultRunIdIsNotAnIdentity) {
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RUN_ID", "none"}});
+  const std::string first = bootstrapFromEnvironment().secret;
+  set({{"MASTER_PORT", "29500"}});
+  EXPECT_NE(bootstrapFromEnvironment().secret, first);
+}
+
+// Azure ML sets torchrun's names and NODE_RANK but not LOCAL_WORLD_SIZE: the local size is
+// left unknown (the engine counts ranks per host by host name) unless RINGFOLD_LOCAL_SIZE says.
+TEST_F(Bootstrap, AzureMlWithoutLocalWorldSize) {
+  set({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"NODE_RANK", "1"},
+       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}, {"RINGFOLD_SECRET", "s"}});
+  auto info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "torchrun");
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.localSize, -1);
+  EXPECT_EQ(info.crossRank, 1);
+  set({{"RINGFOLD_LOCAL_SIZE", "2"}});
+  info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.crossSize, 2);
+}
+
 TEST_F(Bootstrap, Precedence) {
   set({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "2"},
        {"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n1"}});
@@ -199,8 +225,8 @@ TEST_F(Bootstrap, ErrorsNameTheVariable) {
   EXPECT_TRUE(has(errorOf(), "RANK='-1'")) << errorOf();
   set({{"RANK", "1"}});
   EXPECT_TRUE(has(errorOf(), "LOCAL_RANK")) << errorOf();
-  set({{"LOCAL_RANK", "0"}});
-  EXPECT_TRUE(has(errorOf(), "LOCAL_WORLD_SIZE")) << errorOf();
+  set({{"LOCAL_RANK", "0"}});  // no LOCAL_WORLD_SIZE is Azure ML's case: accepted, see below
+  EXPECT_FALSE(has(errorOf(), "LOCAL_WORLD_SIZE")) << errorOf();
   set({{"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}});
   EXPECT_TRUE(has(errorOf(), "LOCAL_RANK='2'") && has(errorOf(), "LOCAL_WORLD_SIZE='2'")) << errorOf();
   set({{"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "8"}});

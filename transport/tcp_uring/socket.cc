@@ -1,5 +1,7 @@
 #include "transport/tcp_uring/socket.h"
 
+#include "rendezvous/bootstrap.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -119,6 +121,15 @@ std::string chooseListenAddress(const std::string& spec, uint32_t storeAddress,
 std::string listenAddressFromEnvironment() {
   uint32_t store = 0;
   std::string host = params::kStoreAddr.str();
+  if (host.empty()) {
+    // The store host the bootstrap derives (e.g. Slurm's first node): listen on the interface
+    // that reaches it, not on loopback.
+    try {
+      host = rendezvous::bootstrapFromEnvironment().storeAddr;
+    } catch (const Error&) {
+      host.clear();  // a bad environment is reported by the bootstrap itself
+    }
+  }
   if (!host.empty()) {
     addrinfo hints{};
     hints.ai_family = AF_INET;
