@@ -15,7 +15,7 @@ packages=(
   openssh-client                                     # ringfoldrun starts remote ranks over ssh
   openssh-server                                     # tests/netns runs one sshd per emulated host
                                                      # (its own config and keys; never the system's)
-  python3
+  python3 python3-venv                               # deploy/ checks run in a cached venv
 )
 
 missing=()

@@ -4,6 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install_deps.sh"
+"$root/deploy/venv.sh" >/dev/null   # cached Python env of the deploy/ checks (tests/deploy)
 "$root/scripts/build.sh"
 build=${BUILD_DIR:-$root/build}
 cd "$build"
