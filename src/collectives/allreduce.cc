@@ -58,51 +58,67 @@ void localAllreduce(Communicator& comm, const Args& a) {
   if (cur != a.dst) std::memcpy(a.dst, cur, a.count * a.es);
 }
 
+// Direct, pipelined: each buffer travels in segments (sched::directSegmentBytes), all posted at
+// once, and segment k is folded as soon as it has arrived from every peer, so folding overlaps
+// the transfer of the segments behind it.
 void directAllreduce(Communicator& comm, const Args& a) {
   const int n = comm.size(), r = comm.rank();
-  const size_t bytes = a.count * a.es;
+  const size_t es = a.es;
+  const size_t bytes = a.count * es;
   const bool inPlace = a.src == a.dst;
   Reducer& red = comm.reducer();
-  Flight flight(comm, n - 1, n - 1);
+  const size_t segE = sched::segmentElems(sched::directSegmentBytes(comm.segmentBytes(), bytes), es);
+  const size_t segments = sched::segmentCount(a.count, segE);
+  const Range all{0, a.count};
+  const size_t peers = static_cast<size_t>(n - 1);
+  Flight flight(comm, peers * segments, peers * segments);
   // Own contribution goes to scratch when it must be scaled, or when folding in rank order would
   // overwrite it in recvbuf before its turn (in place, rank >= 2).
   const bool ownCopy = a.preScale != 1.0 || (inPlace && r >= 2);
-  const size_t scratchBytes = (n - 1 + (ownCopy ? 1 : 0)) * bytes;
+  const size_t scratchBytes = (peers + (ownCopy ? 1 : 0)) * bytes;
   std::byte* scratch = comm.scratch(scratchBytes);
   auto& scratchRegion = flight.region(scratch, scratchBytes);
-  const std::byte* own = a.src;
-  const transport::MemoryRegion* ownRegion = nullptr;
-  size_t ownOffset = 0;
-  if (ownCopy) {
-    std::byte* o = scratch + (n - 1) * bytes;
-    if (a.preScale != 1.0) {
-      red.scale(o, a.src, a.count, a.dtype, a.preScale);
-    } else if (bytes > 0) {
-      std::memcpy(o, a.src, bytes);
-    }
-    own = o;
-    ownRegion = &scratchRegion;
-    ownOffset = (n - 1) * bytes;
-  } else {
-    ownRegion = &flight.region(a.src, bytes);
-  }
+  std::byte* ownScratch = scratch + peers * bytes;
+  const std::byte* own = ownCopy ? ownScratch : a.src;
+  const transport::MemoryRegion& ownRegion = ownCopy ? scratchRegion : flight.region(a.src, bytes);
+  const size_t ownOffset = ownCopy ? peers * bytes : 0;
   auto slotOf = [r](int p) { return static_cast<size_t>(p < r ? p : p - 1); };
   const uint64_t tag = coll::collectiveTag(a.sequence, 0);
-  for (int i = 1; i < n; ++i) {
-    const int p = sched::mod(r - i, n);
-    flight.postRecv(slotOf(p), p, scratchRegion, slotOf(p) * bytes, bytes, tag, a.check);
+  for (size_t k = 0; k < segments; ++k) {
+    const Range sg = sched::segment(all, segE, k);
+    for (int i = 1; i < n; ++i) {
+      const int p = sched::mod(r - i, n);
+      flight.postRecv(k * peers + slotOf(p), p, scratchRegion, slotOf(p) * bytes + sg.offset * es, sg.length * es,
+                      tag, a.check);
+    }
   }
-  for (int i = 1; i < n; ++i) {
-    flight.postSend(sched::mod(r + i, n), *ownRegion, ownOffset, bytes, tag, a.check);
+  // The last send of segment k has key k+1: retiring it retires the whole segment (FIFO).
+  for (size_t k = 0; k < segments; ++k) {
+    const Range sg = sched::segment(all, segE, k);
+    if (ownCopy && sg.length > 0) {
+      if (a.preScale != 1.0) {
+        red.scale(ownScratch + sg.offset * es, a.src + sg.offset * es, sg.length, a.dtype, a.preScale);
+      } else {
+        std::memcpy(ownScratch + sg.offset * es, a.src + sg.offset * es, sg.length * es);
+      }
+    }
+    for (int i = 1; i < n; ++i) {
+      flight.postSend(sched::mod(r + i, n), ownRegion, ownOffset + sg.offset * es, sg.length * es, tag, a.check,
+                      i == n - 1 ? k + 1 : 0);
+    }
   }
-  for (int i = 1; i < n; ++i) flight.waitRecv(slotOf(sched::mod(r - i, n)));
-  if (inPlace && !ownCopy) flight.waitAllSends();  // recvbuf is about to be overwritten
-  if (a.count > 0) {
-    auto contribution = [&](int i) { return i == r ? own : scratch + slotOf(i) * bytes; };
-    red.reduce(a.dst, contribution(0), contribution(1), a.count, a.dtype, a.op,
-               n == 2 ? a.finalScale : 1.0);
+  for (size_t k = 0; k < segments; ++k) {
+    const Range sg = sched::segment(all, segE, k);
+    for (int i = 0; i < n; ++i) {
+      if (i != r) flight.waitRecv(k * peers + slotOf(i));
+    }
+    if (inPlace && !ownCopy) flight.waitSend(k + 1);  // segment k of recvbuf is about to be overwritten
+    if (sg.length == 0) continue;
+    auto contribution = [&](int i) { return (i == r ? own : scratch + slotOf(i) * bytes) + sg.offset * es; };
+    std::byte* d = a.dst + sg.offset * es;
+    red.reduce(d, contribution(0), contribution(1), sg.length, a.dtype, a.op, n == 2 ? a.finalScale : 1.0);
     for (int i = 2; i < n; ++i) {
-      red.reduce(a.dst, a.dst, contribution(i), a.count, a.dtype, a.op, i == n - 1 ? a.finalScale : 1.0);
+      red.reduce(d, d, contribution(i), sg.length, a.dtype, a.op, i == n - 1 ? a.finalScale : 1.0);
     }
   }
   flight.waitAllSends();

@@ -8,8 +8,9 @@
 //            soon as it is folded. The owner of each chunk applies postScale (and 1/size for
 //            kAvg) once, before the allgather, so every rank ends with the same bits.
 //   direct : one exchange: every rank sends its whole buffer to every other rank and folds
-//            the n contributions in rank order 0..n-1. One round trip at 2 ranks; for small
-//            messages.
+//            the n contributions in rank order 0..n-1. Pipelined: the buffers travel in about
+//            four segments, and each segment is folded as soon as every peer's copy of it has
+//            arrived. One round trip at 2 ranks; for small messages.
 //   auto   : RINGFOLD_ALGO, else direct up to RINGFOLD_DIRECT_MAX_BYTES, else up to the
 //            crossover of the cost model in schedules.h, else ring.
 // preScale multiplies each rank's own contribution (rounded to dtype) before it is folded.

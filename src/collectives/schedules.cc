@@ -14,6 +14,11 @@ Range chunk(size_t count, int n, int c) {
   return r;
 }
 
+size_t directSegmentBytes(size_t segmentBytes, size_t bytes) {
+  constexpr size_t kMinBytes = size_t{64} << 10;
+  return std::min(segmentBytes, std::max(kMinBytes, bytes / 4));
+}
+
 size_t segmentElems(size_t segmentBytes, size_t elemSize) {
   return std::max<size_t>(1, segmentBytes / elemSize);
 }

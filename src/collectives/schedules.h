@@ -13,7 +13,8 @@
 //             folded in the order r+1, r+2, ..., r (mod n): "acc = acc op next", starting from
 //             rank c+1's contribution for chunk c.
 //             allgather step s (0..n-2): send chunk r-s, receive chunk r-s-1.
-//   direct  : every rank receives every other rank's buffer and folds in rank order 0..n-1.
+//   direct  : every rank receives every other rank's buffer and folds in rank order 0..n-1,
+//             segment by segment (directSegmentBytes) as the segments arrive.
 //   chain   : broadcast passes segments root -> root+1 -> ... -> root-1 (mod n). Before that
 //             every rank sends an empty hello to rank+1, so every rank (the root included)
 //             receives a message carrying its neighbour's arguments, whatever it believes the
@@ -36,6 +37,10 @@ inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Chunk c (0 <= c < n) of `count` elements split over n ranks.
 Range chunk(size_t count, int n, int c);
+// Segment of the pipelined direct allreduce of `bytes` per rank: about a quarter of the buffer,
+// so that folding overlaps the transfer, but at most `segmentBytes` and at least 64 KiB (or
+// `segmentBytes` when that is smaller): smaller segments only add per-message cost.
+size_t directSegmentBytes(size_t segmentBytes, size_t bytes);
 // Elements per segment for segments of at most `segmentBytes` (at least 1).
 size_t segmentElems(size_t segmentBytes, size_t elemSize);
 // Segments of a range of `length` elements: max(1, ceil(length / segElems)).

@@ -93,6 +93,15 @@ TEST(Schedules, CostModelCrossover) {
   EXPECT_EQ(sched::directCrossoverBytes(1), 0u);
 }
 
+TEST(Schedules, DirectSegmentBytes) {
+  constexpr size_t K = 1024;
+  EXPECT_EQ(sched::directSegmentBytes(512 * K, 1024 * K), 256 * K);  // a quarter of the buffer
+  EXPECT_EQ(sched::directSegmentBytes(512 * K, 64 * 1024 * K), 512 * K);  // capped at the segment
+  EXPECT_EQ(sched::directSegmentBytes(512 * K, 100 * K), 64 * K);  // not below 64 KiB
+  EXPECT_EQ(sched::directSegmentBytes(512 * K, 0), 64 * K);
+  EXPECT_EQ(sched::directSegmentBytes(4 * K, 1024 * K), 4 * K);  // a smaller segment setting wins
+}
+
 TEST(Check, PackUnpackRoundTrip) {
   coll::CheckFields f;
   f.kind = coll::Kind::kBroadcast;
