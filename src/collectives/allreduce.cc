@@ -265,7 +265,7 @@ AllreduceAlgorithm chooseAllreduceAlgorithm(const Communicator& comm, size_t byt
   const auto& t = comm.tuning();
   if (t.allreduceAlgorithm == "ring") return AllreduceAlgorithm::kRing;
   if (t.allreduceAlgorithm == "direct") return AllreduceAlgorithm::kDirect;
-  const uint64_t limit = t.directMaxBytes ? *t.directMaxBytes : sched::directCrossoverBytes(comm.size());
+  const uint64_t limit = t.directMaxBytes ? *t.directMaxBytes : sched::directMaxBytes(comm.size());
   return bytes <= limit ? AllreduceAlgorithm::kDirect : AllreduceAlgorithm::kRing;
 }
 

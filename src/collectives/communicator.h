@@ -42,7 +42,7 @@ class Store;
 // Settings the collectives read once per communicator (from params at construction).
 struct CollectiveTuning {
   std::string allreduceAlgorithm = "auto";     // RINGFOLD_ALGO: auto, ring or direct
-  std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: the model
+  std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: sched::directMaxBytes
 };
 
 class Communicator {

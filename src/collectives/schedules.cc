@@ -69,4 +69,9 @@ size_t directCrossoverBytes(int n, const CostModel& model) {
   return lo;
 }
 
+size_t directMaxBytes(int n, const CostModel& model) {
+  const size_t x = directCrossoverBytes(n, model);
+  return n == 2 ? std::max(x, kPairDirectMaxBytes) : x;
+}
+
 }  // namespace ringfold::sched

@@ -93,6 +93,16 @@ TEST(Schedules, CostModelCrossover) {
   EXPECT_EQ(sched::directCrossoverBytes(1), 0u);
 }
 
+TEST(Schedules, DirectMaxBytes) {
+  // At 2 ranks the pipelined exchange is used up to 1 MiB (measured), elsewhere the model rules.
+  EXPECT_EQ(sched::directMaxBytes(2), sched::kPairDirectMaxBytes);
+  for (int n : {1, 3, 4, 8}) EXPECT_EQ(sched::directMaxBytes(n), sched::directCrossoverBytes(n)) << n;
+  sched::CostModel slow;
+  slow.alpha = 1.0;  // a model whose crossover is past the pair limit keeps it
+  EXPECT_EQ(sched::directMaxBytes(2, slow), sched::directCrossoverBytes(2, slow));
+  EXPECT_GT(sched::directMaxBytes(2, slow), sched::kPairDirectMaxBytes);
+}
+
 TEST(Schedules, DirectSegmentBytes) {
   constexpr size_t K = 1024;
   EXPECT_EQ(sched::directSegmentBytes(512 * K, 1024 * K), 256 * K);  // a quarter of the buffer
