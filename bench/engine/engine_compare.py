@@ -7,7 +7,9 @@ rotating order per repeat so that machine noise hits all of them alike, and repo
 step time over --repeats launches and its ratio to the first configuration.
 
 Default configurations:
-  fused     : defaults (fusion threshold 128 MiB, cycle 1 ms, cache on, no timeline)
+  fused     : defaults (fusion threshold 128 MiB, tensors >= 256 KiB unfused, cycle 1 ms,
+              cache on, no timeline)
+  fuse-all  : RINGFOLD_FUSION_TENSOR_MAX_BYTES=0 (every size fused, as Horovod)
   unfused   : RINGFOLD_FUSION_THRESHOLD=0
   timeline  : defaults plus RINGFOLD_TIMELINE=<temp file> (rank 0 writes it)
   nocache   : RINGFOLD_CACHE_CAPACITY=0 (every tensor through the coordinator)
@@ -54,7 +56,8 @@ def main():
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="rf_engine_compare_")
-    configs = [("fused", {}), ("unfused", {"RINGFOLD_FUSION_THRESHOLD": "0"}),
+    configs = [("fused", {}), ("fuse-all", {"RINGFOLD_FUSION_TENSOR_MAX_BYTES": "0"}),
+               ("unfused", {"RINGFOLD_FUSION_THRESHOLD": "0"}),
                ("timeline", {"RINGFOLD_TIMELINE": os.path.join(tmp, "timeline.json")}),
                ("nocache", {"RINGFOLD_CACHE_CAPACITY": "0"})]
     rows = []

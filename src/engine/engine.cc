@@ -38,6 +38,7 @@ StatusCode codeOf(const std::exception& e) {
 EngineOptions EngineOptions::fromParams() {
   EngineOptions o;
   o.fusionThresholdBytes = params::kFusionThreshold.asBytes();
+  o.fusionTensorMaxBytes = params::kFusionTensorMaxBytes.asBytes();
   o.cycleTimeMs = params::kCycleTime.asDouble();
   if (!(o.cycleTimeMs >= 0 && o.cycleTimeMs <= 60000)) {
     RF_THROW(InvalidArgument, params::kCycleTime.name, "=", o.cycleTimeMs, " must be between 0 and 60000 ms");
@@ -480,7 +481,7 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
     std::lock_guard<std::mutex> lock(mu_);
     threshold = tuned_.fusionThresholdBytes;
   }
-  for (const Batch& batch : planBatches(work, threshold, options_.disableGroupFusion)) {
+  for (const Batch& batch : planBatches(work, threshold, options_.disableGroupFusion, options_.fusionTensorMaxBytes)) {
     std::vector<std::optional<TensorEntry>> entries;
     for (size_t i : batch.members) entries.push_back(set.take(work[i].name));
     std::vector<Result> results;

@@ -60,6 +60,7 @@ class EngineStopped : public Error {
 
 struct EngineOptions {
   uint64_t fusionThresholdBytes = 128ull << 20;
+  uint64_t fusionTensorMaxBytes = 256u << 10;  // larger tensors are never fused (fusion.h)
   double cycleTimeMs = 1.0;
   size_t cacheCapacity = 1024;
   bool disableGroupFusion = false;

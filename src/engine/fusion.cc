@@ -18,7 +18,8 @@ bool sameKind(const Response& a, const Response& b, bool separateGroups) {
 }  // namespace
 
 std::vector<Batch> planBatches(const std::vector<Response>& responses, uint64_t thresholdBytes,
-                               bool separateGroups) {
+                               bool separateGroups, uint64_t tensorMaxBytes) {
+  auto small = [&](const Response& r) { return tensorMaxBytes == 0 || responseBytes(r) < tensorMaxBytes; };
   std::vector<Batch> batches;
   std::vector<bool> placed(responses.size(), false);
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -27,10 +28,13 @@ std::vector<Batch> planBatches(const std::vector<Response>& responses, uint64_t 
     Batch batch;
     batch.members.push_back(i);
     const Response& head = responses[i];
-    if (fusable(head)) {
+    if (fusable(head) && small(head)) {
       batch.bytes = responseBytes(head);
       for (size_t j = i + 1; j < responses.size() && thresholdBytes > 0; ++j) {
-        if (placed[j] || !fusable(responses[j]) || !sameKind(head, responses[j], separateGroups)) continue;
+        if (placed[j] || !fusable(responses[j]) || !small(responses[j]) ||
+            !sameKind(head, responses[j], separateGroups)) {
+          continue;
+        }
         uint64_t bytes = responseBytes(responses[j]);
         if (batch.bytes + bytes > thresholdBytes) continue;
         placed[j] = true;

@@ -192,6 +192,10 @@ TEST(NegotiationFusion, PacksMatchingAllreducesUpToTheThreshold) {
   EXPECT_EQ(batches[2].members, (std::vector<size_t>{3}));
   EXPECT_EQ(batches[3].members, (std::vector<size_t>{5}));
   EXPECT_EQ(planBatches(list, 0, false).size(), list.size()) << "threshold 0 turns fusion off";
+  // Tensors of at least tensorMaxBytes stay alone: with 1000 bytes, a, c and e (400 each) fuse.
+  auto capped = planBatches(list, 1600, false, 1000);
+  EXPECT_EQ(capped[0].members, (std::vector<size_t>{0, 2, 4}));
+  EXPECT_EQ(planBatches(list, 1600, false, 400)[0].members, (std::vector<size_t>{0})) << "400-byte tensors are not < 400";
   list[2].group = "group:c";
   EXPECT_EQ(planBatches(list, 1600, true)[0].members, (std::vector<size_t>{0, 4}));
 }
