@@ -235,6 +235,12 @@ std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, co
   return handles;
 }
 
+void Engine::cancel(Handle handle) {
+  handles_.poll(handle);  // throws InvalidArgument for an unknown handle
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(handle);
+}
+
 Handle Engine::join(int processSet) {
   TensorArgs a;
   a.op = OpType::kJoin;
@@ -379,10 +385,12 @@ void Engine::loop() {
 bool Engine::cycle() {
   if (timeline_.active() && timeline_.markCycles()) timeline_.cycleStart();
   std::vector<std::pair<int, TensorEntry>> drained;
+  std::vector<Handle> cancels;
   bool wantShutdown;
   {
     std::lock_guard<std::mutex> lock(mu_);
     drained.swap(queue_);
+    cancels.swap(cancels_);
     wantShutdown = shutdownRequested_;
   }
   for (auto& [id, entry] : drained) {
@@ -395,6 +403,16 @@ bool Engine::cycle() {
     const std::string name = entry.request.name;
     if (!set->add(std::move(entry))) {
       completeError(id, entry, StatusCode::kPreconditionError, *set->takeFailure(name));
+    }
+  }
+
+  for (Handle h : cancels) {
+    for (auto& set : sets_) {
+      if (!set) continue;
+      if (auto e = set->takeUnsent(h)) {
+        completeError(set->id(), *e, StatusCode::kAborted, "cancelled");
+        break;
+      }
     }
   }
 

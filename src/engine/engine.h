@@ -125,6 +125,12 @@ class Engine {
   Handle enqueue(TensorArgs args);
   // A grouped call: the tensors are negotiated and released together.
   std::vector<Handle> enqueueGroup(std::vector<TensorArgs> args);
+  // Asks to cancel `handle`'s operation. Only an operation no rank can be counting on yet is
+  // cancelled: one still queued here, or one this rank has not yet reported to the coordinator
+  // (it was not ready everywhere through the cache either). It then completes with kAborted and
+  // the message "cancelled". Otherwise it runs to completion as if cancel() had not been called.
+  // Asynchronous: wait on the handle to learn which happened. Unknown handles: InvalidArgument.
+  void cancel(Handle handle);
   Handle join(int processSet = 0);
   Handle barrier(int processSet = 0);
   HandleTable& handles() { return handles_; }
@@ -179,6 +185,7 @@ class Engine {
   std::vector<std::unordered_set<std::string>> inFlight_;  // per set id
   std::vector<std::unique_ptr<ProcessSet>> sets_;           // by id; null once removed
   bool shutdownRequested_ = false;
+  std::vector<Handle> cancels_;  // asked for, applied by the engine thread at the next cycle
   EngineStats stats_;
   std::string failure_;  // why the engine stopped, for later enqueues
   StatusCode failureCode_ = StatusCode::kOk;

@@ -58,6 +58,14 @@ std::optional<TensorEntry> ProcessSet::take(const std::string& name) {
   return e;
 }
 
+std::optional<TensorEntry> ProcessSet::takeUnsent(Handle handle) {
+  for (const std::string& name : pendingOrder_) {
+    const TensorEntry& e = pending_.at(name);
+    if (e.handle == handle) return e.sent ? std::nullopt : take(name);
+  }
+  return std::nullopt;
+}
+
 std::vector<TensorEntry> ProcessSet::takeAll() {
   std::vector<TensorEntry> out;
   for (const std::string& name : pendingOrder_) out.push_back(std::move(pending_.at(name)));

@@ -91,6 +91,8 @@ class ProcessSet {
   // The local entry for a response's name (null if this rank did not submit it, e.g. joined).
   TensorEntry* entry(const std::string& name);
   std::optional<TensorEntry> take(const std::string& name);
+  // The entry of `handle` if it has not been sent to the coordinator (cancellable), else none.
+  std::optional<TensorEntry> takeUnsent(Handle handle);
   // Remembers an error response for a name this rank has not submitted yet.
   void recordFailure(const Response& response);
   // Everything pending, removed (for shutdown and failure).

@@ -494,3 +494,81 @@ TEST(EngineDtypes, EveryDtypeAndBoolForCopies) {
 
 }  // namespace
 }  // namespace ringfold::engine
+
+namespace ringfold::engine {
+namespace {
+
+// A tensor no rank has reported yet can be cancelled (on every rank that submitted it); its name
+// is free again afterwards. The long cycle leaves the enqueue-then-cancel window wide open.
+TEST(EngineCancel, UnreportedTensorIsCancelledAndItsNameFreed) {
+  rftest::EngineGroupOptions options;
+  options.engine.cycleTimeMs = 300;
+  auto errors = rftest::runEngines(2, [&](Engine& e, int) {
+    std::vector<float> in(4, 1.0f), out(4);
+    TensorArgs a;
+    a.name = "c";
+    a.shape = {4};
+    a.input = in.data();
+    a.output = out.data();
+    Handle h = e.enqueue(a);
+    e.cancel(h);
+    Status s = rftest::waitStatus(e, h);
+    if (s.code != StatusCode::kAborted || s.message != "cancelled") throw std::runtime_error("not cancelled: " + s.message);
+    s = rftest::waitStatus(e, e.enqueue(a));
+    if (!s.ok() || out[0] != 2.0f) throw std::runtime_error("the name was not freed: " + s.message);
+    EXPECT_THROW(e.cancel(12345), InvalidArgument);
+  }, options);
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "ok") << "rank " << r;
+}
+
+// Fusion must not change the result: the same tensors fused and unfused give the same bits.
+// With 2 ranks every fold is a + b = b + a, so any data works. With 3 or more ranks the ring's
+// fold order for an element follows its chunk, which fusion moves, so only exact sums (here
+// multiples of 0.25 in float) are bitwise equal; arbitrary floats agree to rounding.
+TEST(EngineFusion, SameBitsFusedAndUnfused) {
+  for (int ranks : {2, 3}) {
+    std::vector<std::vector<std::vector<float>>> results[2];  // [fused][rank][tensor]
+    for (uint64_t threshold : {uint64_t{0}, uint64_t{1} << 20}) {
+      auto& store = results[threshold ? 1 : 0];
+      store.assign(ranks, {});
+      rftest::EngineGroupOptions options;
+      options.engine.fusionThresholdBytes = threshold;
+      auto errors = rftest::runEngines(ranks, [&](Engine& e, int rank) {
+        std::mt19937 rng(rank * 7 + 1);
+        std::uniform_real_distribution<float> any(-1.0f, 1.0f);
+        std::uniform_int_distribution<int> whole(-1000, 1000);
+        std::vector<std::vector<float>> in(20), out(20);
+        std::vector<Handle> hs;
+        for (int t = 0; t < 20; ++t) {
+          in[t].resize(50 + t * 13);
+          for (float& v : in[t]) v = ranks == 2 ? any(rng) : static_cast<float>(whole(rng)) * 0.25f;
+          out[t].assign(in[t].size(), 0.0f);
+          TensorArgs a;
+          a.name = "t" + std::to_string(t);
+          a.shape = {static_cast<int64_t>(in[t].size())};
+          a.input = in[t].data();
+          a.output = out[t].data();
+          a.reduceOp = t % 2 ? ReduceOp::kAvg : ReduceOp::kSum;
+          hs.push_back(e.enqueue(a));
+        }
+        for (Handle h : hs) {
+          Status s = rftest::waitStatus(e, h);
+          if (!s.ok()) throw std::runtime_error(s.message);
+        }
+        if (rank == 0 && threshold && e.stats().batches >= 20) throw std::runtime_error("nothing was fused");
+        store[rank] = out;
+      }, options);
+      for (size_t r = 0; r < errors.size(); ++r) ASSERT_EQ(errors[r], "ok") << "rank " << r;
+    }
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(results[0][r].size(), results[1][r].size());
+      for (size_t t = 0; t < results[0][r].size(); ++t) {
+        EXPECT_EQ(0, std::memcmp(results[0][r][t].data(), results[1][r][t].data(), results[0][r][t].size() * 4))
+            << ranks << " ranks, rank " << r << ", tensor " << t;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringfold::engine
