@@ -295,6 +295,63 @@ RINGFOLD_API int ringfold_barrier_async(int process_set, int64_t* handle) noexce
 
 // ---- completion ---------------------------------------------------------------------------------
 
+RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
+                                  const ringfold_tensor_t* output, int64_t* handle) noexcept {
+  const int rc = guard("ringfold_enqueue", [&] {
+    requireOut(op, "op");
+    requireOut(handle, "handle");
+    const bool tensorless = op->type == RINGFOLD_JOIN || op->type == RINGFOLD_BARRIER;
+    if (!tensorless) requireOut(input, "input");
+    for (const ringfold_tensor_t* t : {input, output}) {
+      if (t && t->stream != nullptr) {
+        RF_THROW(ringfold::InvalidArgument, "a CUDA stream was given, but this ringfold build has no CUDA support");
+      }
+    }
+    return RINGFOLD_OK;
+  });
+  if (rc != RINGFOLD_OK) return rc;
+  const double pre = op->prescale == 0.0 ? 1.0 : op->prescale;
+  const double post = op->postscale == 0.0 ? 1.0 : op->postscale;
+  void* out = output ? const_cast<void*>(output->data) : nullptr;
+  switch (op->type) {
+    case RINGFOLD_ALLREDUCE:
+      return ringfold_allreduce_async(input->data, out, input->dtype, input->shape, input->ndim, op->name,
+                                      op->reduce_op, pre, post, op->process_set, input->device, handle);
+    case RINGFOLD_ALLGATHER:
+      return ringfold_allgather_async(input->data, input->dtype, input->shape, input->ndim, op->name,
+                                      op->process_set, input->device, handle);
+    case RINGFOLD_BROADCAST:
+      return ringfold_broadcast_async(input->data, out, input->dtype, input->shape, input->ndim, op->root, op->name,
+                                      op->process_set, input->device, handle);
+    case RINGFOLD_ALLTOALL:
+      return ringfold_alltoall_async(input->data, input->dtype, input->shape, input->ndim, op->splits, op->nsplits,
+                                     op->name, op->process_set, input->device, handle);
+    case RINGFOLD_REDUCESCATTER:
+      return ringfold_reducescatter_async(input->data, input->dtype, input->shape, input->ndim, op->name,
+                                          op->reduce_op, pre, post, op->process_set, input->device, handle);
+    case RINGFOLD_JOIN:
+      return ringfold_join_async(op->process_set, handle);
+    case RINGFOLD_BARRIER:
+      return ringfold_barrier_async(op->process_set, handle);
+    default:
+      return guard("ringfold_enqueue", [&]() -> int {
+        RF_THROW(ringfold::InvalidArgument, "unknown operation type ", op->type,
+                 " (RINGFOLD_ALLREDUCE, _ALLGATHER, _BROADCAST, _JOIN, _ALLTOALL, _BARRIER or _REDUCESCATTER)");
+      });
+  }
+}
+
+RINGFOLD_API int ringfold_cancel(int64_t handle) noexcept {
+  return guard("ringfold_cancel", [&] {
+    Session s = require();
+    withHandle(s, handle, [&](Handle h) {
+      s.engine->cancel(h);
+      return true;
+    });
+    return RINGFOLD_OK;
+  });
+}
+
 RINGFOLD_API int ringfold_poll(int64_t handle) noexcept {
   bool done = false;
   const int rc = guard("ringfold_poll", [&] {

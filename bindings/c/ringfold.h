@@ -282,6 +282,52 @@ RINGFOLD_API int ringfold_reducescatter_async(const void* input, int dtype, cons
 RINGFOLD_API int ringfold_join_async(int process_set, int64_t* handle) RINGFOLD_NOEXCEPT;
 RINGFOLD_API int ringfold_barrier_async(int process_set, int64_t* handle) RINGFOLD_NOEXCEPT;
 
+/* ---- one entry point for every operation, with tensors as plain structs -------------------
+ * The *_async functions above are shorthands for this. */
+
+typedef struct ringfold_tensor {
+  const void* data;      /* NULL only when the tensor has no elements (or for an output the
+                            engine allocates: allgather, alltoall, reducescatter) */
+  int dtype;             /* RINGFOLD_INT8 ... RINGFOLD_BOOL */
+  const int64_t* shape;  /* ndim dimensions, row-major; NULL when ndim is 0 (a scalar) */
+  int ndim;
+  int device;            /* RINGFOLD_CPU_DEVICE, or a CUDA device index */
+  void* stream;          /* the cudaStream_t a GPU tensor's data is ordered on; NULL on the CPU */
+} ringfold_tensor_t;
+
+#define RINGFOLD_ALLREDUCE 0
+#define RINGFOLD_ALLGATHER 1
+#define RINGFOLD_BROADCAST 2
+#define RINGFOLD_JOIN 3
+#define RINGFOLD_ALLTOALL 5
+#define RINGFOLD_BARRIER 6
+#define RINGFOLD_REDUCESCATTER 7
+
+typedef struct ringfold_op {
+  int type;              /* RINGFOLD_ALLREDUCE ... (Horovod's request types) */
+  const char* name;      /* NULL: auto-named */
+  int reduce_op;         /* RINGFOLD_OP_*: allreduce, reducescatter */
+  double prescale;       /* allreduce, reducescatter; 0 is taken as 1 (a zeroed struct works) */
+  double postscale;
+  int root;              /* broadcast */
+  const int64_t* splits; /* alltoall: nsplits entries, or NULL with nsplits 0 (equal split) */
+  int nsplits;
+  int process_set;       /* 0: all ranks */
+} ringfold_op_t;
+
+/* Enqueues `op` on `input` (output: the caller's buffer for allreduce and broadcast, NULL for
+ * operations whose output the engine allocates, and ignored by join and barrier, which take no
+ * tensors: input may be NULL). A non-NULL stream is refused by builds without CUDA. */
+RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
+                                  const ringfold_tensor_t* output, int64_t* handle) RINGFOLD_NOEXCEPT;
+
+/* Asks to cancel the operation: it is cancelled only if no rank can be counting on it yet (still
+ * queued here, or not yet reported to the coordinator); it then completes with RINGFOLD_ABORTED
+ * and the message "cancelled". Otherwise it runs to completion. Cancel it on every rank that
+ * submitted it, or the others stall. Returns OK when the request was taken; wait to learn which
+ * happened. */
+RINGFOLD_API int ringfold_cancel(int64_t handle) RINGFOLD_NOEXCEPT;
+
 /* ---- completion --------------------------------------------------------------------------- */
 
 /* 1 if the handle completed (successfully or not), 0 if not yet, or a negated status
