@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Same-run comparison of engine configurations with engine_perf (gradient allreduce per step).
 
-For each workload (tensors per step, bytes per step) and each configuration (environment
-settings), runs `ringfoldrun -np N build/bench/engine_perf`, the configurations interleaved in a
-rotating order per repeat so that machine noise hits all of them alike, and reports the median
-step time over --repeats launches and its ratio to the first configuration.
+For each workload (the gradient sizes of ResNet-50 and BERT-base, each tensor enqueued
+separately in backward order, as a framework's hooks do) and each configuration, runs
+`ringfoldrun -np N build/bench/engine_perf`, the configurations interleaved in a rotating order
+per repeat so that machine noise hits all of them alike, and reports the median step time over
+--repeats launches and its ratio to the first configuration.
 
-Default configurations:
+Configurations:
   fused     : defaults (fusion threshold 128 MiB, tensors >= 256 KiB unfused, cycle 1 ms,
               cache on, no timeline)
-  fuse-all  : RINGFOLD_FUSION_TENSOR_MAX_BYTES=0 (every size fused, as Horovod)
+  single    : one allreduce of a single buffer of the same total size (--single 1): the bound
+              fusion is measured against
   unfused   : RINGFOLD_FUSION_THRESHOLD=0
+  fuse-all  : RINGFOLD_FUSION_TENSOR_MAX_BYTES=0 (every size fused, as Horovod)
   timeline  : defaults plus RINGFOLD_TIMELINE=<temp file> (rank 0 writes it)
-  nocache   : RINGFOLD_CACHE_CAPACITY=0 (every tensor through the coordinator)
+Then the enqueue-to-completion time of a 4-byte allreduce (median of 200) at cycle 1 ms and
+0.1 ms.
 
-  bench/engine/engine_compare.py --build build --np 2 --report bench/results/engine_loopback.md
+  bench/engine/engine_compare.py --build build --np 4 --report bench/results/engine_loopback.md
 Traffic goes only over 127.0.0.1; every launch runs under a timeout.
 """
 
@@ -27,16 +31,27 @@ import subprocess
 import sys
 import tempfile
 
-WORKLOADS = [(160, "1M"), (160, "16M")]
+WORKLOADS = ["resnet50", "bert-base"]
 
 
-def run(build, np, env, tensors, total, steps):
+def launch(build, np, env, args):
     cmd = [os.path.join(build, "ringfoldrun"), "-np", str(np)]
     for k, v in env.items():
         cmd += ["-x", f"{k}={v}"]
-    cmd += [os.path.join(build, "bench", "engine_perf"), "--tensors", str(tensors), "--total", total,
-            "--steps", str(steps)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    cmd += [os.path.join(build, "bench", "engine_perf")] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def run(build, np, env, model, steps, extra):
+    cmd = [os.path.join(build, "ringfoldrun"), "-np", str(np)]
+    for k, v in env.items():
+        cmd += ["-x", f"{k}={v}"]
+    cmd += [os.path.join(build, "bench", "engine_perf"), "--model", model, "--steps", str(steps),
+            "--warmup", "2"] + extra
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     m = re.search(r"median_step_ms ([0-9.]+)\s+algbw_GBps ([0-9.]+)\s+batches_per_step ([0-9.]+)\s+cached ([0-9.]+)",
@@ -49,46 +64,57 @@ def run(build, np, env, tensors, total, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
-    ap.add_argument("--np", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--report")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="rf_engine_compare_")
-    configs = [("fused", {}), ("fuse-all", {"RINGFOLD_FUSION_TENSOR_MAX_BYTES": "0"}),
-               ("unfused", {"RINGFOLD_FUSION_THRESHOLD": "0"}),
-               ("timeline", {"RINGFOLD_TIMELINE": os.path.join(tmp, "timeline.json")}),
-               ("nocache", {"RINGFOLD_CACHE_CAPACITY": "0"})]
+    configs = [("fused", {}, []), ("single", {}, ["--single", "1"]),
+               ("unfused", {"RINGFOLD_FUSION_THRESHOLD": "0"}, []),
+               ("fuse-all", {"RINGFOLD_FUSION_TENSOR_MAX_BYTES": "0"}, []),
+               ("timeline", {"RINGFOLD_TIMELINE": os.path.join(tmp, "timeline.json")}, [])]
     rows = []
-    for tensors, total in WORKLOADS:
-        samples = {name: [] for name, _ in configs}
+    for model in WORKLOADS:
+        samples = {name: [] for name, _, _ in configs}
         info = {}
         for rep in range(args.repeats):
             order = configs[rep % len(configs):] + configs[:rep % len(configs)]
-            for name, env in order:
-                ms, batches, cached = run(args.build, args.np, env, tensors, total, args.steps)
+            for name, env, extra in order:
+                ms, batches, cached = run(args.build, args.np, env, model, args.steps, extra)
                 samples[name].append(ms)
                 info[name] = (batches, cached)
         base = statistics.median(samples[configs[0][0]])
-        for name, _ in configs:
+        single = statistics.median(samples["single"])
+        for name, _, _ in configs:
             med = statistics.median(samples[name])
-            rows.append((tensors, total, name, med, med / base, info[name][0], info[name][1]))
-            print(f"{tensors:4d} tensors {total:>4s}/step  {name:9s} median step {med:8.3f} ms  "
-                  f"x{med / base:5.2f} of fused  batches/step {info[name][0]:6.1f}  cached {info[name][1]:.2f}",
+            rows.append((model, name, med, med / base, med / single, info[name][0], info[name][1]))
+            print(f"{model:10s} {name:9s} median step {med:8.3f} ms  x{med / base:5.2f} of fused  "
+                  f"x{med / single:5.2f} of single  batches/step {info[name][0]:6.1f}  cached {info[name][1]:.2f}",
                   flush=True)
+    latencies = []
+    for cycle in ("1", "0.1"):
+        out = launch(args.build, args.np, {"RINGFOLD_CYCLE_TIME": cycle},
+                     ["--tensors", "1", "--total", "64", "--steps", "1", "--warmup", "0", "--latency", "200"])
+        m = re.search(r"latency_4B median_us ([0-9.]+)\s+p90_us ([0-9.]+)", out)
+        latencies.append((cycle, float(m.group(1)), float(m.group(2))))
+        print(f"4-byte allreduce, cycle {cycle} ms: median {m.group(1)} us, p90 {m.group(2)} us", flush=True)
     if args.report:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.report, "w") as f:
-            f.write(f"# Engine configurations, same run ({args.np} ranks, loopback)\n\n")
+            f.write(f"# Engine: fusion, timeline and latency, same run ({args.np} ranks, loopback)\n\n")
             f.write(f"{datetime.date.today()}, commit {commit}, median of {args.repeats} interleaved launches, "
                     f"{args.steps} timed steps each. Command:\n\n"
                     f"    bench/engine/engine_compare.py --build {args.build} --np {args.np} "
                     f"--repeats {args.repeats}\n\n")
-            f.write("| tensors | bytes/step | configuration | median step (ms) | vs fused | batches/step | cached |\n")
-            f.write("|---:|---:|---|---:|---:|---:|---:|\n")
-            for t, total, name, med, ratio, batches, cached in rows:
-                f.write(f"| {t} | {total} | {name} | {med:.3f} | {ratio:.2f} | {batches:.1f} | {cached:.2f} |\n")
+            f.write("| model | configuration | median step (ms) | vs fused | vs single buffer | batches/step | cached |\n")
+            f.write("|---|---|---:|---:|---:|---:|---:|\n")
+            for model, name, med, ratio, vs_single, batches, cached in rows:
+                f.write(f"| {model} | {name} | {med:.1f} | {ratio:.2f} | {vs_single:.2f} | {batches:.1f} | {cached:.2f} |\n")
+            f.write("\nEnqueue-to-completion of a 4-byte allreduce (median of 200, after the previous one completed):\n\n")
+            for cycle, med, p90 in latencies:
+                f.write(f"- cycle time {cycle} ms: median {med:.0f} us, p90 {p90:.0f} us\n")
     return 0
 
 
