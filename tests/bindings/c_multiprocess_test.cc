@@ -4,7 +4,9 @@
 // job has a hard deadline (Subprocess::finish kills it), so a hang fails instead of stalling.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -128,6 +130,33 @@ TEST(CApiMultiprocess, ShutdownOnOneRankStopsEveryRank) {
 TEST(CApiMultiprocess, ReinitInTheSameJob) {
   TempDir dir;
   expectClean(runWorkers("reinit", {"-x", "RINGFOLD_START_TIMEOUT=20"}, dir.path()));
+}
+
+// Re-init with a different rank layout: 3 ranks, then 2.
+TEST(CApiMultiprocess, ReinitWithAnotherRankLayout) {
+  TempDir dir;
+  expectClean(runWorkers("relayout", {"-x", "RINGFOLD_START_TIMEOUT=20"}, dir.path()));
+}
+
+// A tensor rank 2 submits too late: a warning, then the same failure on every rank; rank 0's
+// timeline (valid JSON) shows the negotiation with each rank's readiness.
+TEST(CApiMultiprocess, StallWarningShutdownAndTimeline) {
+  TempDir dir;
+  const std::string timeline = dir.path() + "/timeline.json";
+  const Job job = runWorkers("stall",
+                             {"-x", "RINGFOLD_STALL_CHECK_TIME=0.3", "-x", "RINGFOLD_STALL_SHUTDOWN_TIME=1", "-x",
+                              "RINGFOLD_TIMELINE=" + timeline},
+                             dir.path());
+  expectClean(job);
+  const std::string why = sameOnEveryRank(job, "stall");
+  EXPECT_TRUE(contains(why, "'lonely' stalled: ranks 2 never submitted it")) << why;
+  EXPECT_TRUE(contains(job.finished.err, "Missing ranks:")) << job.transcript();
+  EXPECT_EQ(std::system(("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + timeline).c_str()), 0);
+  std::ifstream in(timeline);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(text, "NEGOTIATE_ALLREDUCE")) << text.substr(0, 500);
+  EXPECT_TRUE(contains(text, "\"name\":\"2\"")) << "no readiness tick for rank 2";
+  EXPECT_TRUE(contains(text, "TCP_URING_ALLREDUCE"));
 }
 
 // Reads "<status> <seconds> <message>" that a surviving rank wrote.

@@ -496,6 +496,54 @@ void reinit() {
 // Rank 1 dies (_exit(1), or SIGSTOP: silent) after one allreduce; the others' next operation
 // must fail with ABORTED within a bounded time. Survivors ignore ringfoldrun's SIGTERM so they
 // can report; they record "<status> <seconds> <message>" in <dir>/result.<rank>.
+// Rank 2 never submits "lonely" in time: ranks 0 and 1 get the stall failure (after a warning);
+// rank 2, submitting it late, gets the same message. Rank 0 writes a timeline meanwhile.
+void stall() {
+  if (!init()) return;
+  const int r = gRank;
+  float v = 1.0f;
+  CHECK_OK(finish(allreduce(&v, &v, RINGFOLD_FLOAT32, {}, "warmup", RINGFOLD_OP_SUM)));
+  if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  std::string why;
+  const int rc = finish(allreduce(&v, &v, RINGFOLD_FLOAT32, {}, "lonely", RINGFOLD_OP_SUM), &why);
+  CHECK_EQ(rc, RINGFOLD_PRECONDITION_ERROR);
+  message("stall", why);
+  // Ranks 0 and 1 learn of the failure about 1.3 s before rank 2 wakes: wait for it, or "after"
+  // would stall past the shutdown time too.
+  if (r != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+  float w = 2.0f;
+  CHECK_OK(finish(allreduce(&w, &w, RINGFOLD_FLOAT32, {}, "after", RINGFOLD_OP_SUM)));
+  CHECK(w == 6.0f, std::to_string(w));
+  horovod_shutdown();
+}
+
+// Elastic-style re-init with a different layout: 3 ranks, then rank 2 leaves and ranks 0 and 1
+// start again as a job of 2 (their RINGFOLD_/HOROVOD_ size variables changed in-process).
+void relayout(const std::string& dir) {
+  if (!init()) return;
+  const int r = gRank;
+  float v = 1.0f;
+  CHECK_OK(finish(allreduce(&v, &v, RINGFOLD_FLOAT32, {}, "three", RINGFOLD_OP_SUM)));
+  CHECK(v == 3.0f, std::to_string(v));
+  horovod_shutdown();
+  if (r == 2) {  // stays alive (idle) until the others are done, as a drained worker would
+    for (int i = 0; i < 300 && !std::ifstream(dir + "/relayout.done"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return;
+  }
+  for (const char* prefix : {"RINGFOLD_", "HOROVOD_"}) {
+    for (const char* what : {"SIZE", "LOCAL_SIZE"}) setenv((std::string(prefix) + what).c_str(), "2", 1);
+  }
+  if (!init()) return;
+  CHECK_EQ(horovod_size(), 2);
+  float u = static_cast<float>(r + 1);
+  CHECK_OK(finish(allreduce(&u, &u, RINGFOLD_FLOAT32, {}, "two", RINGFOLD_OP_SUM)));
+  CHECK(u == 3.0f, std::to_string(u));
+  horovod_shutdown();
+  if (r == 0) std::ofstream(dir + "/relayout.done") << "done";
+}
+
 void peerFailure(bool silent, const std::string& dir) {
   signal(SIGTERM, SIG_IGN);
   if (!init()) return;
@@ -546,7 +594,7 @@ void peerFailure(bool silent, const std::string& dir) {
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|shutdown_one|reinit|killed|stopped [dir]\n",
+    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|shutdown_one|reinit|stall|relayout|killed|stopped [dir]\n",
                  argv[0]);
     return 2;
   }
@@ -559,6 +607,8 @@ int main(int argc, char** argv) {
       {"join", join},
       {"shutdown_one", shutdownOne},
       {"reinit", reinit},
+      {"stall", stall},
+      {"relayout", [&] { relayout(dir); }},
       {"killed", [&] { peerFailure(false, dir); }},
       {"stopped", [&] { peerFailure(true, dir); }},
   };
