@@ -95,6 +95,19 @@ Env torchrunEnv(int rank, const std::string& runId, int port) {
           "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"};
 }
 
+// What an Azure ML PyTorch command job (distribution pytorch, 2 processes per instance) gives
+// process `rank`: torchrun's names without LOCAL_WORLD_SIZE, plus NODE_RANK; no torchrun runs, so
+// the store is on MASTER_PORT itself.
+Env azureMlEnv(int rank, int port) {
+  return {"RANK=" + std::to_string(rank),
+          "WORLD_SIZE=" + std::to_string(kRanks),
+          "LOCAL_RANK=" + std::to_string(rank % kPerHost),
+          "NODE_RANK=" + std::to_string(rank / kPerHost),
+          "MASTER_ADDR=" + NetnsCluster::ip(1),
+          "MASTER_PORT=" + std::to_string(port),
+          "AZUREML_RUN_ID=rf-azure-" + std::to_string(getpid())};
+}
+
 // What srun gives task `rank` of `srun -N 4 --ntasks-per-node 2` in job `jobId` on `nodeList`.
 Env slurmEnv(int rank, const std::string& jobId, const std::string& nodeList, const std::string& nodeName) {
   const int node = rank / kPerHost;
@@ -245,6 +258,17 @@ TEST_F(ClusterManagers, TorchrunEnvironmentWithGivenSecret) {
                                              " for 8 ranks (torchrun)"))
       << job.all;
   for (int r = 0; r < kRanks; ++r) EXPECT_FALSE(contains(job.ranks[r].err, "is derived from")) << job.all;
+}
+
+TEST_F(ClusterManagers, AzureMlEnvironment) {
+  const int port = 29640;
+  const std::string secret = randomHex(32);
+  JobRun job = runJob([&](int r) {
+    Env e = azureMlEnv(r, port);
+    e.push_back("RINGFOLD_SECRET=" + secret);
+    return e;
+  });
+  expectCorrectAllReduce(job);
 }
 
 TEST_F(ClusterManagers, TorchrunEnvironmentWithDerivedSecret) {
