@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--launcher", required=True)
     ap.add_argument("--bench", action="append", required=True)
     ap.add_argument("--np", type=int, default=3)
+    ap.add_argument("--launcher-arg", action="append", default=[],
+                    help="extra launcher argument before -np (e.g. mpirun's --oversubscribe)")
     args = ap.parse_args()
     progs = {os.path.basename(p): p for p in args.bench}
     small = ["-b", "8", "-e", "1M", "-f", "8", "-c", "1", "-n", "2", "-w", "1", "-T", "30"]
@@ -97,7 +99,7 @@ def main():
                       len(sizes(8, 4096, 64)) * len(TYPES) * args.np, True))
     failed = 0
     for name, flags, expect, ip_checked in cases:
-        cmd = [args.launcher, "-np", str(args.np), progs[name]] + flags
+        cmd = [args.launcher] + args.launcher_arg + ["-np", str(args.np), progs[name]] + flags
         rc, out, err = run(cmd)
         errors = [] if rc == 0 else [f"exit status {rc}: {err.strip()[-1500:]}"]
         if rc is not None:
