@@ -42,13 +42,14 @@ double threadCpuSeconds() {
 // posted before the message arrives or after it was buffered.
 void expectMismatch(size_t len, uint64_t check, bool postFirst) {
   EnvGuard env;
-  Flag posted, arrived, done;
+  Flag posted, arrived, done, sent;
   auto errors = runRanks(2, [&](Rank& me) {
     Buffer b(200);
     if (me.rank == 0) {
       if (postFirst) posted.waitUp();
       me.to(1).isend(b.region, 0, 100, 3, 7)->wait(10s);
       me.to(1).isend(b.region, 0, 1, 4, 0)->wait(10s);  // marks that tag 3 went before it
+      sent.raise();
       done.waitUp();
       return;
     }
@@ -74,6 +75,7 @@ void expectMismatch(size_t len, uint64_t check, bool postFirst) {
     // The device is poisoned: later requests fail with the same error.
     EXPECT_THROW(me.to(0).irecv(b.region, 0, 1, 99), CheckMismatch);
     done.raise();
+    sent.waitUp();  // rank 1's device must outlive rank 0's second send, or that send sees EOF
   });
   expectAllOk(errors);
 }
