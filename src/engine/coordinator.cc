@@ -57,12 +57,6 @@ std::vector<int64_t> tail(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
 }
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
-  return out.str();
-}
-
 }  // namespace
 
 Coordinator::Coordinator(int size, int worldSize, bool gpuSupported)

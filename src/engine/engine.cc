@@ -18,12 +18,6 @@ namespace {
 
 constexpr const char* kProcessSetChange = "__ringfold.process_set_change";
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
-  return out.str();
-}
-
 // Maps what a collective threw to a status code.
 StatusCode codeOf(const std::exception& e) {
   if (dynamic_cast<const IoError*>(&e)) return StatusCode::kAborted;
@@ -98,12 +92,7 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topol
       }
     }
     if (ranks.empty()) RF_THROW(InvalidArgument, "a process set needs at least one rank");
-    const int id = static_cast<int>(sets_.size());
-    const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
-    auto comm = member ? global.split(ranks, "ps" + std::to_string(id)) : nullptr;
-    if (comm) TracedReducer::install(*comm, timeline_);
-    sets_.push_back(std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity));
-    inFlight_.emplace_back();
+    createSet(ranks);
   }
 
   if (rank_ == 0 && !options_.timelinePath.empty() && options_.timelinePath != "DYNAMIC") {
@@ -522,22 +511,24 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
   }
 }
 
+int Engine::createSet(const std::vector<int>& ranks) {
+  const int id = static_cast<int>(sets_.size());
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
+  // Collective over the members only; every rank registers the set, so ids agree everywhere.
+  auto comm = member ? sets_[0]->comm().split(ranks, "ps" + std::to_string(id)) : nullptr;
+  if (comm) TracedReducer::install(*comm, timeline_);
+  auto set = std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity);
+  std::lock_guard<std::mutex> lock(mu_);
+  sets_.push_back(std::move(set));
+  inFlight_.emplace_back();
+  return id;
+}
+
 void Engine::applyControl(const Response& r, ProcessSet& global) {
   std::optional<TensorEntry> entry = global.take(r.name);
   Result res;
   if (r.op == OpType::kAddProcessSet) {
-    std::vector<int> ranks(r.shape.begin(), r.shape.end());
-    const int id = static_cast<int>(sets_.size());
-    const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
-    auto comm = member ? global.comm().split(ranks, "ps" + std::to_string(id)) : nullptr;
-    if (comm) TracedReducer::install(*comm, timeline_);
-    auto set = std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      sets_.push_back(std::move(set));
-      inFlight_.emplace_back();
-    }
-    res.processSetId = id;
+    res.processSetId = createSet(std::vector<int>(r.shape.begin(), r.shape.end()));
   } else {
     const int id = r.root;
     ProcessSet* set = findSet(id);

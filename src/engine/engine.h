@@ -166,6 +166,9 @@ class Engine {
   void applyControl(const Response& response, ProcessSet& global);
   std::vector<Handle> enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets);
   ProcessSet* findSet(int id) const;
+  // Splits the global communicator for `ranks` (sorted; members only) and registers the set
+  // under the next id, which it returns.
+  int createSet(const std::vector<int>& ranks);
 
   const int rank_;
   const int size_;

@@ -51,6 +51,12 @@ std::string shapeString(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
 namespace {
 
 class Writer {

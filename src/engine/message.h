@@ -95,5 +95,7 @@ ResponseList decodeResponses(const uint8_t* data, size_t size);
 
 // "[2, 3]"
 std::string shapeString(const std::vector<int64_t>& shape);
+// "0, 2, 3"
+std::string rankList(const std::vector<int>& ranks);
 
 }  // namespace ringfold::engine
