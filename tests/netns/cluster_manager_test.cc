@@ -47,7 +47,6 @@ using namespace std::chrono_literals;
 using Args = std::vector<std::string>;
 using Env = std::vector<std::string>;  // "NAME=value"
 
-NetnsCluster* gCluster = nullptr;
 constexpr int kRanks = 8;
 constexpr int kPerHost = 2;
 
@@ -366,23 +365,5 @@ TEST_F(ClusterManagers, SlurmWithoutInterfaceHint) {
 }  // namespace ringfold::launcher::testing
 
 int main(int argc, char** argv) {
-  using namespace ringfold::launcher::testing;
-  ::testing::InitGoogleTest(&argc, argv);
-  std::string reason = NetnsCluster::skipReason();
-  if (!reason.empty()) {
-    std::printf("SKIPPED: the netns cluster-manager suite %s\n", reason.c_str());
-    return 77;
-  }
-  NetnsCluster cluster;
-  try {
-    cluster.up();
-  } catch (const std::exception& e) {
-    std::printf("cannot build the emulated cluster: %s\n", e.what());
-    return 1;
-  }
-  gCluster = &cluster;
-  int rc = RUN_ALL_TESTS();
-  gCluster = nullptr;
-  cluster.down();
-  return rc;
+  return ringfold::launcher::testing::runSuiteOnCluster(argc, argv, "cluster-manager");
 }

@@ -32,7 +32,6 @@ namespace {
 using namespace std::chrono_literals;
 using Args = std::vector<std::string>;
 
-NetnsCluster* gCluster = nullptr;
 
 bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
@@ -299,23 +298,5 @@ TEST(MultiHost, SigkilledLauncherTakesEveryHostAlong) {
 }  // namespace ringfold::launcher::testing
 
 int main(int argc, char** argv) {
-  using ringfold::launcher::testing::NetnsCluster;
-  ::testing::InitGoogleTest(&argc, argv);
-  std::string reason = NetnsCluster::skipReason();
-  if (!reason.empty()) {
-    std::printf("SKIPPED: the netns launcher suite %s\n", reason.c_str());
-    return 77;
-  }
-  NetnsCluster cluster;
-  try {
-    cluster.up();
-  } catch (const std::exception& e) {
-    std::printf("cannot build the emulated cluster: %s\n", e.what());
-    return 1;
-  }
-  ringfold::launcher::testing::gCluster = &cluster;
-  int rc = RUN_ALL_TESTS();
-  ringfold::launcher::testing::gCluster = nullptr;
-  cluster.down();
-  return rc;
+  return ringfold::launcher::testing::runSuiteOnCluster(argc, argv, "launcher");
 }

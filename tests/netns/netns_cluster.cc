@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +156,29 @@ std::vector<std::string> NetnsCluster::leftovers(std::chrono::milliseconds timeo
     if (left.empty() || std::chrono::steady_clock::now() >= deadline) return left;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+NetnsCluster* gCluster = nullptr;
+
+int runSuiteOnCluster(int argc, char** argv, const std::string& suite) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const std::string reason = NetnsCluster::skipReason();
+  if (!reason.empty()) {
+    std::printf("SKIPPED: the netns %s suite %s\n", suite.c_str(), reason.c_str());
+    return 77;
+  }
+  NetnsCluster cluster;
+  try {
+    cluster.up();
+  } catch (const std::exception& e) {
+    std::printf("cannot build the emulated cluster: %s\n", e.what());
+    return 1;
+  }
+  gCluster = &cluster;
+  const int rc = RUN_ALL_TESTS();
+  gCluster = nullptr;
+  cluster.down();
+  return rc;
 }
 
 }  // namespace ringfold::launcher::testing

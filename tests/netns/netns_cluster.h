@@ -56,4 +56,11 @@ class NetnsCluster {
   pid_t reaperPid_ = -1;
 };
 
+// The cluster the running suite's tests use (set by runSuiteOnCluster).
+extern NetnsCluster* gCluster;
+
+// main() of a netns suite: exits 77 with the reason when the cluster cannot be built here,
+// otherwise builds it, runs every test on it (gCluster) and tears it down.
+int runSuiteOnCluster(int argc, char** argv, const std::string& suite);
+
 }  // namespace ringfold::launcher::testing
