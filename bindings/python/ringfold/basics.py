@@ -1,0 +1,159 @@
+"""Lifecycle, topology and build queries: Horovod's `horovod.common.basics` over the C ABI.
+
+Contract
+  * init(comm=None, process_sets=None) bootstraps from the launcher's environment (ringfoldrun,
+    torchrun, Slurm, horovodrun, Open MPI; none: rank 0 of 1) and blocks until every rank is
+    connected. `comm` may be None or a list of every rank (ringfold takes its ranks from the
+    launcher, as Horovod with Gloo does). `process_sets` is a list of ProcessSet objects
+    (static sets, ids 1..n in list order) or the string "dynamic" (enables add/remove at run
+    time). Calling init again while initialized does nothing. shutdown() is registered with
+    atexit, as Horovod does, and may be followed by init() (elastic training).
+  * Topology queries raise ValueError before init, as Horovod's do.
+  * Nothing here needs numpy or a framework.
+"""
+import atexit
+import os
+
+from ringfold import _lib
+from ringfold import process_sets as _ps
+
+# Reduce ops (Horovod's codes).
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    global _atexit_registered
+    lib = _lib.lib()
+    if comm is not None and not isinstance(comm, (list, tuple)):
+        raise ValueError('ringfold.init(comm=...): ringfold uses no MPI communicator; pass None or '
+                         'the list of all ranks, not %r' % type(comm).__name__)
+    static_sets = []
+    if process_sets == 'dynamic':
+        os.environ['RINGFOLD_DYNAMIC_PROCESS_SETS'] = '1'
+    elif process_sets is not None:
+        static_sets = list(process_sets)
+        for ps in static_sets:
+            if not isinstance(ps, _ps.ProcessSet):
+                raise ValueError('init(process_sets=...) takes ProcessSet objects or "dynamic", '
+                                 'not %r' % (ps,))
+            if ps.ranks is None:
+                raise ValueError('init(process_sets=...): a static ProcessSet needs explicit ranks')
+    ranks, nranks = _lib.int_array(comm or [])
+    flat = [r for ps in static_sets for r in ps.ranks]
+    ps_ranks, _ = _lib.int_array(flat)
+    ps_sizes, num_ps = _lib.int_array([len(ps.ranks) for ps in static_sets])
+    _lib.check(lib.ringfold_init(ranks, nranks, ps_ranks, ps_sizes, num_ps), 'ringfold.init')
+    _ps._setup(static_sets)
+    if not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+
+
+def shutdown():
+    """Stops the engine on every rank (collectively). Does nothing when not initialized."""
+    lib = _lib.lib()
+    if lib.horovod_is_initialized():
+        _lib.check(lib.ringfold_shutdown(), 'ringfold.shutdown')
+    _ps._reset()
+
+
+def is_initialized():
+    return bool(_lib.lib().horovod_is_initialized())
+
+
+def _query(fn_name, what):
+    value = getattr(_lib.lib(), fn_name)()
+    if value == -1 and not _lib.lib().horovod_is_initialized():
+        raise ValueError('ringfold has not been initialized; use ringfold.init() (asked for %s)' % what)
+    return value
+
+
+def size():
+    return _query('horovod_size', 'size')
+
+
+def rank():
+    return _query('horovod_rank', 'rank')
+
+
+def local_size():
+    return _query('horovod_local_size', 'local_size')
+
+
+def local_rank():
+    return _query('horovod_local_rank', 'local_rank')
+
+
+def cross_size():
+    return _query('horovod_cross_size', 'cross_size')
+
+
+def cross_rank():
+    return _query('horovod_cross_rank', 'cross_rank')
+
+
+def is_homogeneous():
+    _query('horovod_size', 'is_homogeneous')
+    return bool(_lib.lib().horovod_is_homogeneous())
+
+
+def mpi_threads_supported():
+    return bool(_query('horovod_mpi_threads_supported', 'mpi_threads_supported'))
+
+
+def mpi_enabled():
+    return bool(_lib.lib().horovod_mpi_enabled())
+
+
+def mpi_built():
+    return bool(_lib.lib().horovod_mpi_built())
+
+
+def gloo_enabled():
+    return bool(_lib.lib().horovod_gloo_enabled())
+
+
+def gloo_built():
+    return bool(_lib.lib().horovod_gloo_built())
+
+
+def nccl_built():
+    return int(_lib.lib().horovod_nccl_built())
+
+
+def ddl_built():
+    return bool(_lib.lib().horovod_ddl_built())
+
+
+def ccl_built():
+    return bool(_lib.lib().horovod_ccl_built())
+
+
+def cuda_built():
+    return bool(_lib.lib().horovod_cuda_built())
+
+
+def rocm_built():
+    return bool(_lib.lib().horovod_rocm_built())
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a Chrome-trace timeline to file_path (rank 0 writes; others do nothing)."""
+    result = _lib.lib().horovod_start_timeline(os.fsencode(file_path), bool(mark_cycles))
+    if result == -1:
+        raise ValueError('ringfold has not been initialized; use ringfold.init()')
+    if result != 1:
+        raise ValueError('start_timeline(%r): %s' % (file_path, _lib.last_error()))
+
+
+def stop_timeline():
+    result = _lib.lib().horovod_stop_timeline()
+    if result == -1:
+        raise ValueError('ringfold has not been initialized; use ringfold.init()')

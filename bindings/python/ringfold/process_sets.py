@@ -1,0 +1,119 @@
+"""Process sets: Horovod's `horovod.common.process_sets`.
+
+Contract
+  * ProcessSet(ranks) names a subset of the global ranks. It gets its id either at init (static
+    sets passed to init(process_sets=[...])) or from add_process_set (dynamic mode:
+    init(process_sets="dynamic") or RINGFOLD_DYNAMIC_PROCESS_SETS=1). A set without an id
+    raises ValueError when used.
+  * global_process_set (id 0) is every rank.
+  * add_process_set / remove_process_set are collective: every rank calls them with the same
+    ranks, in the same order. Errors raise ValueError naming the reason.
+"""
+from ringfold import _lib
+
+_ERRORS = {
+    -1: 'ringfold has not been initialized',
+    -2: 'dynamic process sets are off: init(process_sets="dynamic") or set RINGFOLD_DYNAMIC_PROCESS_SETS=1',
+    -3: 'unknown process set',
+    -4: 'this rank is not a member of the process set',
+    -5: 'the engine has stopped',
+    -6: 'a process set with these ranks already exists',
+}
+
+
+def _raise(code, what):
+    message = _ERRORS.get(code) or _lib.last_error() or ('error %d' % code)
+    raise ValueError('%s: %s' % (what, message))
+
+
+class ProcessSet:
+    def __init__(self, ranks_or_comm):
+        if hasattr(ranks_or_comm, 'Get_rank'):
+            raise ValueError('ProcessSet: ringfold uses no MPI; pass a list of ranks')
+        self.ranks = None if ranks_or_comm is None else sorted(int(r) for r in ranks_or_comm)
+        self.process_set_id = None
+
+    def _id(self):
+        if self.process_set_id is None:
+            raise ValueError('process set %s has not been registered (pass it to init(process_sets=...) '
+                             'or add_process_set)' % (self.ranks,))
+        return self.process_set_id
+
+    def size(self):
+        value = _lib.lib().horovod_process_set_size(self._id())
+        if value < 0:
+            _raise(value, 'ProcessSet.size')
+        return value
+
+    def rank(self):
+        value = _lib.lib().horovod_process_set_rank(self._id())
+        if value < 0 and value != -4:
+            _raise(value, 'ProcessSet.rank')
+        return value
+
+    def included(self):
+        value = _lib.lib().horovod_process_set_included(self._id())
+        if value < 0:
+            _raise(value, 'ProcessSet.included')
+        return bool(value)
+
+    def __eq__(self, other):
+        return isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id \
+            and self.ranks == other.ranks
+
+    def __hash__(self):
+        return hash((self.process_set_id, tuple(self.ranks or ())))
+
+    def __repr__(self):
+        return 'ProcessSet(process_set_id=%s, ranks=%s)' % (self.process_set_id, self.ranks)
+
+
+global_process_set = ProcessSet(None)
+global_process_set.process_set_id = 0
+_id_to_set = {0: global_process_set}
+
+
+def _setup(static_sets):
+    """After init: static sets get ids 1..n; the global set learns its ranks."""
+    global_process_set.ranks = list(range(_lib.lib().horovod_size()))
+    _id_to_set.clear()
+    _id_to_set[0] = global_process_set
+    for i, ps in enumerate(static_sets, start=1):
+        ps.process_set_id = i
+        _id_to_set[i] = ps
+
+
+def _reset():
+    for ps in list(_id_to_set.values()):
+        if ps is not global_process_set:
+            ps.process_set_id = None
+    _id_to_set.clear()
+    _id_to_set[0] = global_process_set
+
+
+def add_process_set(process_set):
+    """Registers a set at run time (dynamic mode) and returns it with its id."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise ValueError('add_process_set: %r is already registered' % (ps,))
+    ranks, n = _lib.int_array(ps.ranks or [])
+    value = _lib.lib().horovod_add_process_set(ranks, n)
+    if value < 0:
+        _raise(value, 'add_process_set(%s)' % (ps.ranks,))
+    ps.process_set_id = value
+    if ps.ranks is None:
+        ps.ranks = list(range(_lib.lib().horovod_size()))
+    _id_to_set[value] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Removes a set added at run time; returns True, or False if it was not registered."""
+    if process_set.process_set_id is None or process_set.process_set_id == 0:
+        return False
+    value = _lib.lib().horovod_remove_process_set(process_set.process_set_id)
+    if value < 0:
+        _raise(value, 'remove_process_set(%s)' % (process_set.ranks,))
+    _id_to_set.pop(process_set.process_set_id, None)
+    process_set.process_set_id = None
+    return True

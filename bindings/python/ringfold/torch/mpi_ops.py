@@ -1,0 +1,491 @@
+"""Horovod's torch collectives (horovod/torch/mpi_ops.py) over ringfold's C ABI.
+
+Contract
+  * Every function keeps Horovod's name, arguments, defaults and return values. `_async`
+    forms return an int handle for poll()/synchronize(); trailing-underscore forms work in
+    place; the plain forms are autograd functions with Horovod's gradients:
+      allreduce      -> allreduce of the gradient with the same op and scale factors
+      allgather      -> average-allreduce of the gradient, then this rank's rows
+      broadcast      -> average-allreduce of the gradient on the root, zeros elsewhere
+      alltoall       -> alltoall of the gradient with the received splits
+      reducescatter  -> allgather of the gradient (divided by the set size for Average, and
+                        multiplied by the scale factors)
+  * dtypes: uint8, int8, int32, int64, float16, bfloat16, float32, float64 everywhere (uint32
+    and uint64 too where torch has them); bool and int16 for the copying collectives
+    (allgather, broadcast, alltoall). Anything else raises ValueError naming the dtype.
+  * Non-contiguous tensors are copied to a contiguous buffer (and back, for in-place forms).
+  * CUDA tensors are passed with their device and the current CUDA stream; builds without
+    CUDA support refuse them with HorovodInternalError.
+  * Engine errors (ranks that disagree, a dead peer, use after shutdown) raise
+    HorovodInternalError, on every rank for disagreements.
+"""
+import itertools
+import warnings
+
+import torch
+
+from ringfold import _lib, _ops
+from ringfold.basics import Average, Sum, Adasum
+from ringfold.exceptions import HorovodInternalError
+from ringfold.process_sets import global_process_set
+from ringfold.torch.compression import Compression
+
+_REDUCIBLE = {
+    torch.uint8: _lib.UINT8, torch.int8: _lib.INT8, torch.int32: _lib.INT32, torch.int64: _lib.INT64,
+    torch.float16: _lib.FLOAT16, torch.bfloat16: _lib.BFLOAT16, torch.float32: _lib.FLOAT32,
+    torch.float64: _lib.FLOAT64,
+}
+for _name, _code in (('uint32', _lib.UINT32), ('uint64', _lib.UINT64)):
+    if hasattr(torch, _name):
+        _REDUCIBLE[getattr(torch, _name)] = _code
+# Copying collectives move bytes: a 2-byte integer travels as any 2-byte type.
+_COPYABLE = {**_REDUCIBLE, torch.bool: _lib.BOOL, torch.int16: _lib.FLOAT16}
+
+_groups = {}                       # grouped handle -> list of engine handles
+_group_ids = itertools.count(1 << 48)
+
+
+def _dtype_code(tensor, table, what):
+    code = table.get(tensor.dtype)
+    if code is None:
+        raise ValueError('%s: tensor type %s is not supported (supported: %s)'
+                         % (what, tensor.dtype, ', '.join(sorted(str(d) for d in table))))
+    return code
+
+
+def _describe(tensor, code):
+    if tensor.is_cuda:
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream
+        return _ops.tensor(tensor.data_ptr(), code, tensor.shape, tensor.device.index, stream)
+    return _ops.tensor(tensor.data_ptr(), code, tensor.shape)
+
+
+def _average_op(op, average):
+    if op is not None and average is not None:
+        raise ValueError('The op parameter supersedes average; specify only one of them')
+    if average is not None:
+        warnings.warn('Parameter `average` has been replaced with `op` and will be removed',
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _contiguous_target(tensor):
+    """(buffer to hand the engine, finish that returns `tensor`) for in-place operations."""
+    if tensor.is_contiguous():
+        return tensor, lambda h: tensor
+    buffer = tensor.contiguous()
+
+    def finish(h):
+        tensor.copy_(buffer)
+        return tensor
+    return buffer, finish
+
+
+def _engine_output(like, nsplits=0):
+    """finish() for outputs the engine allocates: a new tensor of like's dtype and device."""
+    def finish(handle):
+        shape = _ops.result_shape(handle)
+        out = torch.empty(shape, dtype=like.dtype)
+        _ops.result_copy(handle, out.data_ptr(), out.numel() * out.element_size())
+        if like.is_cuda:
+            out = out.to(like.device)
+        if nsplits:
+            return out, torch.tensor(_ops.received_splits(handle, nsplits), dtype=torch.int32)
+        return out
+    return finish
+
+
+def _check_adasum(op):
+    if op == Adasum:
+        raise NotImplementedError('ringfold does not implement Adasum; use Average or Sum')
+
+
+# ---- allreduce ------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, finish, name, op, prescale_factor, postscale_factor, process_set):
+    _check_adasum(op)
+    code = _dtype_code(tensor, _REDUCIBLE, 'allreduce')
+    src = tensor.contiguous()
+    t_in = _describe(src, code)
+    t_out = t_in if output is src else _describe(output, code)
+    return _ops.enqueue(_lib.ALLREDUCE, t_in, t_out, (src, output), finish, name, op,
+                        prescale_factor, postscale_factor, process_set=process_set._id())
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, lambda h: output, name, op, prescale_factor,
+                            postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    buffer, finish = _contiguous_target(tensor)
+    return _allreduce_async(buffer, buffer, finish, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor,
+                         process_set=ctx.process_set), None, None, None, None, None
+
+
+def _needs_grad(tensor):
+    return tensor.requires_grad and torch.is_grad_enabled()
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    compressed, ctx = compression.compress(tensor)
+    if _needs_grad(compressed):
+        reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                         process_set)
+    else:
+        reduced = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
+                                              postscale_factor, process_set))
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def _grouped_allreduce_async(tensors, outputs, finishes, name, op, prescale_factor,
+                             postscale_factor, process_set):
+    _check_adasum(op)
+    if not tensors:
+        raise ValueError('grouped_allreduce: the list of tensors is empty')
+    srcs = [t.contiguous() for t in tensors]
+    codes = [_dtype_code(t, _REDUCIBLE, 'grouped_allreduce') for t in srcs]
+    devices = {(t.device.index if t.is_cuda else _lib.CPU_DEVICE) for t in srcs}
+    if len(devices) != 1:
+        raise ValueError('grouped_allreduce: all tensors of a group must be on one device')
+    names = None if name is None else ['%s.%d' % (name, i) for i in range(len(srcs))]
+    handles = _ops.enqueue_grouped_allreduce(
+        [(t.data_ptr(), c, tuple(t.shape)) for t, c in zip(srcs, codes)],
+        [(o.data_ptr(), c, tuple(o.shape)) for o, c in zip(outputs, codes)],
+        (srcs, outputs), finishes, names, op, prescale_factor, postscale_factor,
+        process_set._id(), devices.pop())
+    group = next(_group_ids)
+    _groups[group] = handles
+    return group
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, [(lambda h, o=o: o) for o in outputs], name,
+                                    op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    targets = [_contiguous_target(t) for t in tensors]
+    buffers = [b for b, _ in targets]
+    return _grouped_allreduce_async(buffers, buffers, [f for _, f in targets], name, op,
+                                    prescale_factor, postscale_factor, process_set)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        reduced = grouped_allreduce(list(grads), op=ctx.op, prescale_factor=ctx.prescale_factor,
+                                    postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
+        return (None, None, None, None, None) + tuple(reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    op = _average_op(op, average)
+    compressed = [compression.compress(t) for t in tensors]
+    inputs = [c for c, _ in compressed]
+    if any(_needs_grad(t) for t in inputs):
+        reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                                process_set, *inputs)
+    else:
+        reduced = synchronize(grouped_allreduce_async(inputs, None, name, op, prescale_factor,
+                                                      postscale_factor, process_set))
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers indices and values; the result is a coalesced
+    sparse tensor (divided by the set size for Average)."""
+    tensor = tensor.coalesce()
+    indices = allgather_async(tensor._indices().t().contiguous(), name=None if name is None else name + '.indices',
+                              process_set=process_set)
+    values = allgather_async(tensor._values(), name=None if name is None else name + '.values',
+                             process_set=process_set)
+    group = next(_group_ids)
+
+    def finish():
+        i = synchronize(indices).t()
+        v = synchronize(values)
+        if op == Average:
+            v = v / process_set.size()
+        return torch.sparse_coo_tensor(i, v, tensor.shape).coalesce()
+    _groups[group] = finish
+    return group
+
+
+# ---- allgather ------------------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    code = _dtype_code(tensor, _COPYABLE, 'allgather')
+    src = tensor.contiguous()
+    return _ops.enqueue(_lib.ALLGATHER, _describe(src, code), None, src, _engine_output(src), name,
+                        process_set=process_set._id())
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(dims[:ctx.process_set.rank()].sum())
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    if _needs_grad(tensor):
+        return HorovodAllgather.apply(tensor, name, process_set)
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    handles = [allgather_async(t, None if name is None else '%s.%d' % (name, i), process_set)
+               for i, t in enumerate(tensors)]
+    group = next(_group_ids)
+    _groups[group] = handles
+    return group
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    if any(_needs_grad(t) for t in tensors):
+        return [allgather(t, None if name is None else '%s.%d' % (name, i), process_set)
+                for i, t in enumerate(tensors)]
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+# ---- broadcast ------------------------------------------------------------------------------
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    code = _dtype_code(tensor, _COPYABLE, 'broadcast')
+    src = tensor.contiguous()
+    output = torch.empty_like(src)
+    return _ops.enqueue(_lib.BROADCAST, _describe(src, code), _describe(output, code), (src, output),
+                        lambda h: output, name, root=root_rank, process_set=process_set._id())
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    code = _dtype_code(tensor, _COPYABLE, 'broadcast_')
+    buffer, finish = _contiguous_target(tensor)
+    t = _describe(buffer, code)
+    return _ops.enqueue(_lib.BROADCAST, t, t, buffer, finish, name, root=root_rank,
+                        process_set=process_set._id())
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if ctx.process_set.rank() != ctx.root_rank:
+            grad_reduced = grad_reduced * 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    if _needs_grad(tensor):
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- alltoall -------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    code = _dtype_code(tensor, _COPYABLE, 'alltoall')
+    src = tensor.contiguous()
+    if splits is not None:
+        splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    return _ops.enqueue(_lib.ALLTOALL, _describe(src, code), None, src,
+                        _engine_output(src, nsplits=process_set.size()), name, splits=splits,
+                        process_set=process_set._id())
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.received_splits = received_splits
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, *unused):
+        grad, _ = alltoall(grad_output, splits=ctx.received_splits, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Returns the received rows, or (rows, received_splits) when splits is given."""
+    if _needs_grad(tensor):
+        output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    else:
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
+
+
+# ---- reducescatter --------------------------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    _check_adasum(op)
+    code = _dtype_code(tensor, _REDUCIBLE, 'reducescatter')
+    src = tensor.contiguous()
+    return _ops.enqueue(_lib.REDUCESCATTER, _describe(src, code), None, src, _engine_output(src),
+                        name, op, prescale_factor, postscale_factor, process_set=process_set._id())
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.process_set = process_set
+        ctx.scale = prescale_factor * postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
+        scale = ctx.scale / ctx.process_set.size() if ctx.op == Average else ctx.scale
+        if scale != 1.0:
+            grad = grad * scale
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    compressed, ctx = compression.compress(tensor)
+    if _needs_grad(compressed):
+        out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                         postscale_factor)
+    else:
+        out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor,
+                                              postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    handles = [reducescatter_async(t, None if name is None else '%s.%d' % (name, i), op,
+                                   process_set, prescale_factor, postscale_factor)
+               for i, t in enumerate(tensors)]
+    group = next(_group_ids)
+    _groups[group] = handles
+    return group
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    if any(_needs_grad(t) for t in tensors):
+        return [reducescatter(t, None if name is None else '%s.%d' % (name, i), compression, op,
+                              process_set, prescale_factor, postscale_factor)
+                for i, t in enumerate(tensors)]
+    compressed = [compression.compress(t) for t in tensors]
+    outs = synchronize(grouped_reducescatter_async([c for c, _ in compressed], name, op,
+                                                   process_set, prescale_factor, postscale_factor))
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]
+
+
+# ---- completion, join, barrier --------------------------------------------------------------
+
+def poll(handle):
+    """True when the operation behind the handle completed (synchronize will not block)."""
+    group = _groups.get(handle)
+    if group is None:
+        return _ops.poll(handle)
+    if callable(group):
+        return True
+    return all(_ops.poll(h) for h in group)
+
+
+def synchronize(handle):
+    """Waits for the operation and returns its output (a list for grouped operations)."""
+    group = _groups.pop(handle, None)
+    if group is None:
+        return _ops.synchronize(handle)
+    if callable(group):
+        return group()
+    results, error = [], None
+    for h in group:                      # wait for all, even after a failure: no leaked handles
+        try:
+            results.append(_ops.synchronize(h))
+        except HorovodInternalError as e:
+            error = error or e
+    if error is not None:
+        raise error
+    return results
+
+
+def join(device=-1):
+    """This rank has no more data: until all ranks joined, the others' allreduces proceed with
+    zeros from this rank. Blocks until every rank joined; returns the rank that joined last."""
+    return _ops.synchronize(_ops.enqueue(_lib.JOIN, None, None, None, _ops.join_last_rank))
+
+
+def barrier(process_set=global_process_set):
+    _ops.synchronize(_ops.enqueue(_lib.BARRIER, None, None, None, None, process_set=process_set._id()))
