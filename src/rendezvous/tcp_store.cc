@@ -164,6 +164,14 @@ struct TcpStore::Impl {
     return result;
   }
 
+  // Thrown by handshake() when the connection closed before the server's greeting: a ringfold
+  // store always greets first (it refuses a wrong secret only after the client's hello), so this
+  // is a store that is shutting down (a re-init racing the previous incarnation's store on the
+  // same port) or not yet serving: worth another attempt, not a verdict about the secret.
+  struct NoGreeting {
+    std::string reason;
+  };
+
   // Proves the secret to the server and checks the server's proof.
   void handshake(int fd) const {
     const auto deadline = Clock::now() + kHandshakeWait;
@@ -173,6 +181,10 @@ struct TcpStore::Impl {
     uint8_t expect[wire::kMacBytes];
     try {
       recvAll(fd, serverNonce, sizeof serverNonce, deadline, kHandshakeWait);
+    } catch (const IoError& e) {
+      throw NoGreeting{e.what()};
+    }
+    try {
       wire::proof(secret, wire::kClientLabel, serverNonce, hello);
       wire::randomBytes(hello + wire::kMacBytes, wire::kNonceBytes);
       sendAll(fd, std::vector<uint8_t>(hello, hello + sizeof hello), deadline, kHandshakeWait);
@@ -202,12 +214,16 @@ struct TcpStore::Impl {
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         try {
           handshake(fd);
+          everConnected = true;
+          return fd;
+        } catch (const NoGreeting& e) {
+          ::close(fd);
+          lastError = "the store closed the connection before greeting (" + e.reason + ")";
+          if (everConnected) throwClosed("reconnect: " + lastError);
         } catch (...) {
           ::close(fd);
           throw;
         }
-        everConnected = true;
-        return fd;
       }
       // A store we reached before and that now refuses connections has gone away.
       if (everConnected && refused) throwClosed("reconnect: " + lastError);
