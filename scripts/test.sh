@@ -7,5 +7,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/deploy/venv.sh" >/dev/null   # cached Python env of the deploy/ checks (tests/deploy)
 "$root/scripts/build.sh"
 build=${BUILD_DIR:-$root/build}
+# The Python package: `pip wheel .` (scikit-build-core) into <build>/python-site, for tests/python,
+# using the cached venv with torch (bindings/python/requirements-test.txt).
+BUILD_DIR="$build" "$root/scripts/python_package.sh" >/dev/null
 cd "$build"
 ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}" "$@"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the Python tests under ringfoldrun with NP ranks, against the installed wheel.
+#   tests/python/run.sh NP [pytest args...]
+#   tests/python/run.sh plain      the numpy-only tests in a venv without any framework
+#   tests/python/run.sh torchrun   two ranks started by torchrun instead of ringfoldrun
+# Needs scripts/python_package.sh to have installed the wheel into ${BUILD_DIR:-build}/python-site
+# (scripts/test.sh does). A collective that stalls fails after 20 s instead of hanging.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${BUILD_DIR:-$root/build}
+site="$build/python-site"
+np=${1:?usage: tests/python/run.sh NP|plain [pytest args]}
+shift
+[[ -x "$site/bin/ringfoldrun" ]] || { echo "tests/python/run.sh: no installed package in $site; run scripts/python_package.sh" >&2; exit 1; }
+export PYTHONPATH="$site" RINGFOLD_STALL_SHUTDOWN_TIME=20 RINGFOLD_STALL_CHECK_TIME=10 PYTHONDONTWRITEBYTECODE=1
+cd "$root"
+if [[ "$np" == plain ]]; then
+  venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-plain.txt")
+  exec "$site/bin/ringfoldrun" -np 2 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$here/test_plain_numpy.py" "$@"
+fi
+venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-test.txt")
+if [[ "$np" == torchrun ]]; then
+  exec "$venv/bin/torchrun" --standalone --nproc_per_node 2 -m pytest -q -p no:cacheprovider \
+    "$here/test_plain_numpy.py" "$here/test_torch_training.py" "$@"
+fi
+exec "$site/bin/ringfoldrun" -np "$np" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here" "$@"

@@ -1,0 +1,99 @@
+"""ringfold without a deep-learning framework: the collectives on numpy arrays.
+(tests/python/run.sh also runs this file in a virtual environment that has no torch.)"""
+import numpy as np
+import pytest
+
+import ringfold as rf
+
+DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32,
+          np.float64]
+
+
+def test_import_ringfold_loads_no_framework():
+    import subprocess
+    import sys
+    code = ('import sys, ringfold; '
+            'loaded = [m for m in ("torch", "tensorflow", "jax", "mxnet") if m in sys.modules]; '
+            'assert not loaded, loaded')
+    subprocess.run([sys.executable, '-c', code], check=True)
+
+
+def test_topology():
+    assert rf.is_initialized()
+    assert 0 <= rf.rank() < rf.size()
+    assert 0 <= rf.local_rank() < rf.local_size()
+    env = __import__('os').environ
+    assert rf.size() == int(env.get('RINGFOLD_SIZE') or env['WORLD_SIZE'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_allreduce_sum(dtype):
+    n = rf.size()
+    x = (np.arange(7) % 3 + rf.rank()).astype(dtype)
+    expected = sum((np.arange(7) % 3 + r).astype(np.float64) for r in range(n)).astype(dtype)
+    np.testing.assert_array_equal(rf.allreduce(x, op=rf.Sum), expected)
+
+
+@pytest.mark.parametrize('op,fn', [(rf.Min, np.minimum.reduce), (rf.Max, np.maximum.reduce),
+                                   (rf.Product, np.multiply.reduce)])
+def test_allreduce_ops(op, fn):
+    values = [np.array([1.5, -2.0, 3.0, 0.5], np.float32) * (r + 1) for r in range(rf.size())]
+    np.testing.assert_allclose(rf.allreduce(values[rf.rank()], op=op), fn(values), rtol=1e-6)
+
+
+def test_allreduce_average_and_scale():
+    x = np.full(5, rf.rank() + 1.0)
+    avg = sum(range(1, rf.size() + 1)) / rf.size()
+    np.testing.assert_allclose(rf.allreduce(x), np.full(5, avg))
+    np.testing.assert_allclose(rf.allreduce(x, op=rf.Sum, prescale_factor=2.0, postscale_factor=0.5),
+                               np.full(5, avg * rf.size()))
+
+
+def test_in_place_and_async():
+    x = np.ones((2, 3), np.float32)
+    h = rf.allreduce_async_(x, name='np_inplace', op=rf.Sum)
+    assert rf.synchronize(h) is x
+    np.testing.assert_array_equal(x, np.full((2, 3), rf.size(), np.float32))
+    h = rf.allreduce_async(x, name='np_polled', op=rf.Max)
+    while not rf.poll(h):
+        pass
+    np.testing.assert_array_equal(rf.synchronize(h), x)
+    with pytest.raises(ValueError, match='unknown'):
+        rf.synchronize(h)
+
+
+def test_grouped():
+    arrays = [np.full(3, rf.rank(), np.float64), np.full((2, 2), 1, np.int32)]
+    out = rf.grouped_allreduce(arrays, op=rf.Sum)
+    np.testing.assert_array_equal(out[0], np.full(3, sum(range(rf.size()))))
+    np.testing.assert_array_equal(out[1], np.full((2, 2), rf.size()))
+
+
+def test_allgather_broadcast_alltoall_reducescatter():
+    r, n = rf.rank(), rf.size()
+    g = rf.allgather(np.full((r + 1, 2), r, np.int64))
+    assert g.shape == (n * (n + 1) // 2, 2)
+    assert [int(v) for v in g[:, 0]] == [q for q in range(n) for _ in range(q + 1)]
+    b = np.full(4, r, np.bool_) if r == 0 else np.zeros(4, np.bool_)
+    np.testing.assert_array_equal(rf.broadcast(np.arange(4.0) + r, root_rank=n - 1), np.arange(4.0) + n - 1)
+    np.testing.assert_array_equal(rf.broadcast(b, 0), np.zeros(4, np.bool_))
+    out, splits = rf.alltoall(np.arange(n) + 100 * r, splits=[1] * n)
+    np.testing.assert_array_equal(out, np.array([100 * q + r for q in range(n)]))
+    np.testing.assert_array_equal(splits, np.ones(n))
+    rs = rf.reducescatter(np.ones((n * 2, 3), np.float32), op=rf.Sum)
+    np.testing.assert_array_equal(rs, np.full((2, 3), n, np.float32))
+
+
+def test_mismatch_raises_on_every_rank():
+    with pytest.raises(rf.HorovodInternalError, match='Mismatched'):
+        rf.allreduce(np.zeros(3 + rf.rank(), np.float32), name='np_bad_shape')
+
+
+def test_unsupported_dtype_is_a_value_error():
+    with pytest.raises(ValueError, match='complex'):
+        rf.allreduce(np.zeros(3, np.complex64))
+
+
+def test_barrier_and_join():
+    rf.barrier()
+    assert rf.join() in range(rf.size())
