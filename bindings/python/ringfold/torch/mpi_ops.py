@@ -14,8 +14,12 @@ Contract
     and uint64 too where torch has them); bool and int16 for the copying collectives
     (allgather, broadcast, alltoall). Anything else raises ValueError naming the dtype.
   * Non-contiguous tensors are copied to a contiguous buffer (and back, for in-place forms).
-  * CUDA tensors are passed with their device and the current CUDA stream; builds without
-    CUDA support refuse them with HorovodInternalError.
+  * CUDA tensors: allreduce and broadcast pass them to the engine with their device and the
+    current CUDA stream (the engine stages them through pinned host memory and reduces on the
+    GPU; the stream waits for the result). allgather, alltoall and reducescatter, which the
+    engine runs on host memory only, copy a CUDA input to the host and their result back to
+    the input's device. Builds without CUDA support refuse CUDA tensors in allreduce and
+    broadcast with HorovodInternalError ("no CUDA support").
   * Engine errors (ranks that disagree, a dead peer, use after shutdown) raise
     HorovodInternalError, on every rank for disagreements.
 """
@@ -80,6 +84,12 @@ def _contiguous_target(tensor):
         tensor.copy_(buffer)
         return tensor
     return buffer, finish
+
+
+def _host(tensor):
+    """A contiguous host copy of a CUDA tensor (the collectives whose output the engine
+    allocates run on host memory), or the contiguous tensor itself."""
+    return tensor.contiguous().cpu() if tensor.is_cuda else tensor.contiguous()
 
 
 def _engine_output(like, nsplits=0):
@@ -179,12 +189,17 @@ def _grouped_allreduce_async(tensors, outputs, finishes, name, op, prescale_fact
     devices = {(t.device.index if t.is_cuda else _lib.CPU_DEVICE) for t in srcs}
     if len(devices) != 1:
         raise ValueError('grouped_allreduce: all tensors of a group must be on one device')
+    device = devices.pop()
+    if device != _lib.CPU_DEVICE:
+        # The grouped C entry point orders on the legacy default stream: let the torch stream's
+        # pending work (that produced the inputs) finish first.
+        torch.cuda.current_stream(device).synchronize()
     names = None if name is None else ['%s.%d' % (name, i) for i in range(len(srcs))]
     handles = _ops.enqueue_grouped_allreduce(
         [(t.data_ptr(), c, tuple(t.shape)) for t, c in zip(srcs, codes)],
         [(o.data_ptr(), c, tuple(o.shape)) for o, c in zip(outputs, codes)],
         (srcs, outputs), finishes, names, op, prescale_factor, postscale_factor,
-        process_set._id(), devices.pop())
+        process_set._id(), device)
     group = next(_group_ids)
     _groups[group] = handles
     return group
@@ -268,8 +283,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     code = _dtype_code(tensor, _COPYABLE, 'allgather')
-    src = tensor.contiguous()
-    return _ops.enqueue(_lib.ALLGATHER, _describe(src, code), None, src, _engine_output(src), name,
+    src = _host(tensor)
+    return _ops.enqueue(_lib.ALLGATHER, _describe(src, code), None, src, _engine_output(tensor), name,
                         process_set=process_set._id())
 
 
@@ -356,11 +371,11 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     code = _dtype_code(tensor, _COPYABLE, 'alltoall')
-    src = tensor.contiguous()
+    src = _host(tensor)
     if splits is not None:
         splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
     return _ops.enqueue(_lib.ALLTOALL, _describe(src, code), None, src,
-                        _engine_output(src, nsplits=process_set.size()), name, splits=splits,
+                        _engine_output(tensor, nsplits=process_set.size()), name, splits=splits,
                         process_set=process_set._id())
 
 
@@ -394,8 +409,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     _check_adasum(op)
     code = _dtype_code(tensor, _REDUCIBLE, 'reducescatter')
-    src = tensor.contiguous()
-    return _ops.enqueue(_lib.REDUCESCATTER, _describe(src, code), None, src, _engine_output(src),
+    src = _host(tensor)
+    return _ops.enqueue(_lib.REDUCESCATTER, _describe(src, code), None, src, _engine_output(tensor),
                         name, op, prescale_factor, postscale_factor, process_set=process_set._id())
 
 
