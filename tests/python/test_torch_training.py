@@ -267,3 +267,28 @@ def test_sync_batch_norm_matches_full_batch(shape):
     # weight/bias gradients are local; summed over ranks they are the full-batch ones
     torch.testing.assert_close(hvd.allreduce(sync_bn.weight.grad, op=hvd.Sum), ref_bn.weight.grad)
     torch.testing.assert_close(hvd.allreduce(sync_bn.bias.grad, op=hvd.Sum), ref_bn.bias.grad)
+
+
+# ---- sparse gradients -----------------------------------------------------------------------
+
+@pytest.mark.parametrize('sparse_as_dense', [False, True])
+def test_sparse_embedding_gradients(sparse_as_dense):
+    torch.manual_seed(3)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    reference = copy.deepcopy(emb)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.5),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=sparse_as_dense)
+    ids = [torch.tensor([q, q + 1, 9]) for q in range(hvd.size())]
+    emb(ids[hvd.rank()]).sum().backward()
+    opt.step()
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5)
+    (sum(reference(i).sum() for i in ids) / hvd.size()).backward()
+    ref_opt.step()
+    torch.testing.assert_close(emb.weight.detach(), reference.weight.detach())
+
+
+def test_sparse_allreduce_async():
+    i = torch.tensor([[hvd.rank()], [0]])
+    t = torch.sparse_coo_tensor(i, torch.tensor([1.0]), (hvd.size(), 2))
+    out = hvd.synchronize(hvd.sparse_allreduce_async(t, name='sparse', op=hvd.Sum))
+    torch.testing.assert_close(out.to_dense(), torch.tensor([[1.0, 0.0]] * hvd.size()))
