@@ -108,40 +108,23 @@ def mpi_threads_supported():
     return bool(_query('horovod_mpi_threads_supported', 'mpi_threads_supported'))
 
 
-def mpi_enabled():
-    return bool(_lib.lib().horovod_mpi_enabled())
+def _build_flag(fn_name, convert=bool):
+    def query():
+        return convert(getattr(_lib.lib(), fn_name)())
+    query.__name__ = fn_name[len('horovod_'):]
+    query.__doc__ = 'Horovod\'s %s() (ringfold uses no MPI, Gloo, NCCL, DDL, CCL or ROCm).' % query.__name__
+    return query
 
 
-def mpi_built():
-    return bool(_lib.lib().horovod_mpi_built())
-
-
-def gloo_enabled():
-    return bool(_lib.lib().horovod_gloo_enabled())
-
-
-def gloo_built():
-    return bool(_lib.lib().horovod_gloo_built())
-
-
-def nccl_built():
-    return int(_lib.lib().horovod_nccl_built())
-
-
-def ddl_built():
-    return bool(_lib.lib().horovod_ddl_built())
-
-
-def ccl_built():
-    return bool(_lib.lib().horovod_ccl_built())
-
-
-def cuda_built():
-    return bool(_lib.lib().horovod_cuda_built())
-
-
-def rocm_built():
-    return bool(_lib.lib().horovod_rocm_built())
+mpi_enabled = _build_flag('horovod_mpi_enabled')
+mpi_built = _build_flag('horovod_mpi_built')
+gloo_enabled = _build_flag('horovod_gloo_enabled')
+gloo_built = _build_flag('horovod_gloo_built')
+nccl_built = _build_flag('horovod_nccl_built', int)
+ddl_built = _build_flag('horovod_ddl_built')
+ccl_built = _build_flag('horovod_ccl_built')
+cuda_built = _build_flag('horovod_cuda_built')
+rocm_built = _build_flag('horovod_rocm_built')
 
 
 def start_timeline(file_path, mark_cycles=False):

@@ -27,11 +27,14 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-class FP16Compressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.type(torch.float16), tensor.dtype
+class _CastCompressor(Compressor):
+    """Sends floating-point tensors as `wire_dtype` and casts the result back."""
+    wire_dtype = None
+
+    @classmethod
+    def compress(cls, tensor):
+        if tensor.dtype.is_floating_point and tensor.dtype != cls.wire_dtype:
+            return tensor.type(cls.wire_dtype), tensor.dtype
         return tensor, None
 
     @staticmethod
@@ -39,17 +42,13 @@ class FP16Compressor(Compressor):
         return tensor if ctx is None else tensor.type(ctx)
 
 
-class BF16Compressor(Compressor):
+class FP16Compressor(_CastCompressor):
+    wire_dtype = torch.float16
+
+
+class BF16Compressor(_CastCompressor):
     """ringfold's own: bfloat16 keeps float32's range, so large gradients cannot overflow."""
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.bfloat16:
-            return tensor.type(torch.bfloat16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.type(ctx)
+    wire_dtype = torch.bfloat16
 
 
 class Compression:
