@@ -45,8 +45,12 @@ void checkSchedule(size_t bytes, size_t es, size_t blockBytes, size_t slots) {
     if (b > 0) {
       ASSERT_LT(pos(S::kExchange, b - 1), pos(S::kExchange, b));
     }
-    if (b + 1 < s.blocks()) ASSERT_LT(pos(S::kCopyIn, b + 1), pos(S::kExchange, b)) << "no copy-in overlap";
-    if (b >= slots) ASSERT_LT(pos(S::kWaitCopyOut, b - slots), pos(S::kCopyIn, b)) << "slot refilled too early";
+    if (b + 1 < s.blocks()) {
+      ASSERT_LT(pos(S::kCopyIn, b + 1), pos(S::kExchange, b)) << "no copy-in overlap";
+    }
+    if (b >= slots) {
+      ASSERT_LT(pos(S::kWaitCopyOut, b - slots), pos(S::kCopyIn, b)) << "slot refilled too early";
+    }
     if (slots >= 3 && b + 1 < s.blocks()) {
       ASSERT_GT(pos(S::kWaitCopyOut, b), pos(S::kExchange, b + 1)) << "copy-out does not overlap the next exchange";
     }
