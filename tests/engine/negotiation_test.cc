@@ -144,6 +144,25 @@ TEST(NegotiationCoordinator, GpuTensorsWithoutCudaFailClearly) {
   EXPECT_NE(ready[0].errorMessage.find("no CUDA support"), std::string::npos);
 }
 
+TEST(NegotiationCoordinator, GpuIndicesMayDifferButNotCpuAgainstGpu) {
+  Coordinator c(2, 2, /*gpuSupported=*/true);
+  for (int r = 0; r < 2; ++r) {
+    Request gpu = req("per-rank-gpu", r);
+    gpu.device = r;  // each rank drives its own GPU
+    c.add(gpu, Coordinator::Clock::now());
+    Request mixed = req("mixed", r);
+    mixed.device = r == 0 ? kCpuDevice : 0;
+    c.add(mixed, Coordinator::Clock::now());
+  }
+  auto ready = c.takeReady();
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_FALSE(ready[0].error) << ready[0].errorMessage;
+  EXPECT_TRUE(ready[1].error);
+  EXPECT_NE(ready[1].errorMessage.find("Mismatched devices for allreduce 'mixed': rank 0: CPU; rank 1: GPU 0"),
+            std::string::npos)
+      << ready[1].errorMessage;
+}
+
 Response allreduce(const std::string& name, int64_t elements, DataType dtype = DataType::kFloat32) {
   Response r;
   r.name = name;
