@@ -1,27 +1,10 @@
 #include "kernels/cuda_reducer.h"
 
-#include <cstdint>
-
 #include "common/error.h"
 #include "kernels/cuda_kernels.h"
+#include "reduce/reducer_args.h"
 
 namespace ringfold {
-namespace {
-
-bool partialOverlap(const void* p, const void* q, size_t bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(p);
-  const auto y = reinterpret_cast<uintptr_t>(q);
-  if (x == y || bytes == 0) return false;
-  return x < y ? y - x < bytes : x - y < bytes;
-}
-
-void checkDtype(DataType dtype) {
-  const int d = static_cast<int>(dtype);
-  RF_ENFORCE(d >= 0 && d < kNumDataTypes && isReducible(dtype), "cuda reducer: data type ",
-             dataTypeName(dtype), " (", d, ") cannot be reduced");
-}
-
-}  // namespace
 
 void checkCuda(cudaError_t err, const std::string& what) {
   if (err == cudaSuccess) return;
@@ -59,24 +42,13 @@ CudaReducer::CudaReducer(int device, cudaStream_t stream) : device_(device), str
 
 void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
                          double postScale) {
-  checkDtype(dtype);
-  const int o = static_cast<int>(op);
-  RF_ENFORCE(o >= 0 && o < kNumReduceOps, "cuda reducer: unknown reduce op ", o);
-  if (count == 0) return;
-  RF_ENFORCE(dst != nullptr && a != nullptr && b != nullptr, "cuda reducer: null buffer for ", count, " elements");
-  const size_t bytes = count * dataTypeSize(dtype);
-  RF_ENFORCE(!partialOverlap(dst, a, bytes) && !partialOverlap(dst, b, bytes),
-             "cuda reducer: dst partially overlaps a source (only dst == a or dst == b is allowed)");
+  if (!reduce_detail::checkReduceArgs("cuda reducer", dst, a, b, count, dtype, op)) return;
   CudaDeviceGuard guard(device_);
   checkCuda(cuda::reduce(dst, a, b, count, dtype, op, 1.0, postScale, stream_), "cuda reduce");
 }
 
 void CudaReducer::scale(void* dst, const void* src, size_t count, DataType dtype, double factor) {
-  checkDtype(dtype);
-  if (count == 0) return;
-  RF_ENFORCE(dst != nullptr && src != nullptr, "cuda reducer: null buffer for ", count, " elements");
-  RF_ENFORCE(!partialOverlap(dst, src, count * dataTypeSize(dtype)),
-             "cuda reducer: scale dst partially overlaps src (only dst == src is allowed)");
+  if (!reduce_detail::checkScaleArgs("cuda reducer", dst, src, count, dtype)) return;
   CudaDeviceGuard guard(device_);
   checkCuda(cuda::scale(dst, src, count, dtype, factor, stream_), "cuda scale");
 }

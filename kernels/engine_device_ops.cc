@@ -11,27 +11,11 @@
 #include "engine/device_ops.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_reducer.h"
+#include "kernels/device_buffer.h"
 #include "kernels/staged_collectives.h"
 
 namespace ringfold::engine {
 namespace {
-
-// A device allocation that grows on demand and is then reused.
-struct DeviceArena {
-  void* p = nullptr;
-  size_t size = 0;
-  void* get(size_t bytes, const char* what) {
-    if (bytes > size) {
-      if (p != nullptr) cudaFree(p);
-      p = nullptr;
-      size = 0;
-      checkCuda(cudaMalloc(&p, bytes), std::string("cudaMalloc for the ") + what);
-      size = bytes;
-    }
-    return p;
-  }
-  ~DeviceArena() { if (p != nullptr) cudaFree(p); }
-};
 
 // Everything the engine keeps per device.
 struct PerDevice {
@@ -48,7 +32,7 @@ struct PerDevice {
   GpuStaging staging;
   cudaStream_t stream = nullptr;
   cudaEvent_t event = nullptr;
-  DeviceArena fusion, descs;
+  GrowingDeviceBuffer fusion{"GPU fusion buffer"}, descs{"copy descriptors"};
 };
 
 class CudaDeviceOps final : public DeviceOps {
@@ -77,7 +61,7 @@ class CudaDeviceOps final : public DeviceOps {
     } else {
       size_t total = 0;
       for (const DeviceTensor& t : members) total += t.bytes;
-      auto* fusion = static_cast<std::byte*>(d.fusion.get(total, "GPU fusion buffer"));
+      std::byte* fusion = d.fusion.get(total);
       std::vector<cuda::CopyDesc> in, out;
       size_t offset = 0;
       for (const DeviceTensor& t : members) {
@@ -135,7 +119,7 @@ class CudaDeviceOps final : public DeviceOps {
   static void batchedCopy(PerDevice& d, const std::vector<cuda::CopyDesc>& descs) {
     if (descs.empty()) return;
     const int n = static_cast<int>(descs.size());
-    auto* dd = static_cast<cuda::CopyDesc*>(d.descs.get(descs.size() * sizeof(cuda::CopyDesc), "copy descriptors"));
+    auto* dd = reinterpret_cast<cuda::CopyDesc*>(d.descs.get(descs.size() * sizeof(cuda::CopyDesc)));
     checkCuda(cuda::uploadCopyDescs(dd, descs.data(), n, d.stream), "upload of copy descriptors");
     checkCuda(cuda::batchedCopy(dd, n, d.stream), "batched copy of the GPU fusion buffer");
     // A copy from pageable memory returns once the runtime has taken the bytes, so `descs` may

@@ -10,31 +10,12 @@
 #include "common/params.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_reducer.h"
+#include "kernels/device_buffer.h"
 
 namespace ringfold {
 namespace {
 
 constexpr size_t kSlots = 3;
-
-// A device buffer that grows on demand and is then reused.
-class DeviceScratch {
- public:
-  ~DeviceScratch() { if (p_ != nullptr) cudaFree(p_); }
-  std::byte* get(size_t bytes) {
-    if (bytes > size_) {
-      if (p_ != nullptr) cudaFree(p_);
-      p_ = nullptr;
-      size_ = 0;
-      checkCuda(cudaMalloc(&p_, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of staging scratch");
-      size_ = bytes;
-    }
-    return static_cast<std::byte*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Lends a reducer to a communicator for the duration of a scope, then takes it back.
 class ReducerLoan {
@@ -96,7 +77,7 @@ class GpuStaging::Reducer final : public ringfold::Reducer {
     return q >= host_ && q + bytes <= host_ + bytes_;
   }
   std::byte* devOf(const void* p) const { return dev_ + (static_cast<const std::byte*>(p) - host_); }
-  const std::byte* onDevice(const void* p, size_t bytes, DeviceScratch& scratch) {
+  const std::byte* onDevice(const void* p, size_t bytes, GrowingDeviceBuffer& scratch) {
     if (mapped(p, bytes)) return devOf(p);
     std::byte* d = scratch.get(bytes);
     checkCuda(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "staging: copy of a received segment to the device");
@@ -112,7 +93,7 @@ class GpuStaging::Reducer final : public ringfold::Reducer {
   std::byte* host_ = nullptr;
   std::byte* dev_ = nullptr;
   size_t bytes_ = 0;
-  DeviceScratch scratchA_, scratchB_, scratchD_;
+  GrowingDeviceBuffer scratchA_{"staging scratch"}, scratchB_{"staging scratch"}, scratchD_{"staging scratch"};
 };
 
 GpuStaging::GpuStaging(int device, size_t blockBytes)

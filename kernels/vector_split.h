@@ -17,13 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifndef RF_HOST_DEVICE
-#if defined(__CUDACC__)
-#define RF_HOST_DEVICE __host__ __device__
-#else
-#define RF_HOST_DEVICE
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace ringfold::cuda {
 
