@@ -30,15 +30,42 @@ else()
 endif()
 rf_resolve_option(RINGFOLD_WITH_IBVERBS IBVERBS_FOUND RINGFOLD_HAVE_IBVERBS)
 
+# CUDA: nvcc from PATH or /usr/local/cuda. Architectures: 80 and 90 as SASS plus 90 as PTX (so
+# newer GPUs JIT it); RINGFOLD_CUDA_ARCHITECTURES (or CMAKE_CUDA_ARCHITECTURES) overrides.
+# cudart is linked statically (kernels/CMakeLists.txt): libringfold.so never needs libcuda.
 include(CheckLanguage)
 set(CUDA_FOUND FALSE)
 if(NOT RINGFOLD_WITH_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
+  endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(CUDA_FOUND TRUE)
   endif()
 endif()
 rf_resolve_option(RINGFOLD_WITH_CUDA CUDA_FOUND RINGFOLD_HAVE_CUDA)
+if(RINGFOLD_HAVE_CUDA)
+  set(RINGFOLD_CUDA_ARCHITECTURES "80-real;90-real;90-virtual" CACHE STRING
+      "CUDA architectures of the kernels (CMake CUDA_ARCHITECTURES syntax)")
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${RINGFOLD_CUDA_ARCHITECTURES})
+  endif()
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+  enable_language(CUDA)
+  # CMake 3.25 has no C++20 flag for nvcc (nvcc 13 supports -std=c++20): teach it, so the
+  # project's CXX_STANDARD 20 carries over to the CUDA sources.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA_STANDARD 20)
+  # pkg-config targets (liburing) carry /usr/include; passed to nvcc as -isystem it breaks
+  # libstdc++'s #include_next <math.h>. It is the host compiler's own directory anyway.
+  list(APPEND CMAKE_CUDA_IMPLICIT_INCLUDE_DIRECTORIES /usr/include)
+  find_package(CUDAToolkit REQUIRED)
+  if(CCACHE_PROGRAM)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  endif()
+endif()
 
 find_package(cxxopts CONFIG QUIET)
 if(RINGFOLD_BUILD_TESTS)

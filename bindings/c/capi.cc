@@ -274,6 +274,8 @@ void shutdown() {
 
 // ---- arguments ----------------------------------------------------------------------------------
 
+thread_local void* EnqueueStream::current_ = nullptr;
+
 TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* shape, int ndim, int processSet,
                       int device, size_t* bytes) {
   TensorArgs a;
@@ -283,6 +285,7 @@ TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* sh
   a.input = input;
   a.processSet = processSet;
   a.device = device;
+  a.stream = EnqueueStream::current();
   if (*bytes > 0 && input == nullptr) invalid("input is NULL");
   return a;
 }

@@ -116,6 +116,22 @@ void shutdown();
 
 // ---- arguments ------------------------------------------------------------------------------------
 
+// The CUDA stream of the tensor ringfold_enqueue is enqueuing, for tensorArgs() to pick up: the
+// *_async shorthands have no stream argument (their GPU tensors use the default stream), and
+// ringfold_enqueue calls them. Set for the scope of one ringfold_enqueue call on this thread.
+class EnqueueStream {
+ public:
+  explicit EnqueueStream(void* stream) : saved_(current_) { current_ = stream; }
+  ~EnqueueStream() { current_ = saved_; }
+  EnqueueStream(const EnqueueStream&) = delete;
+  EnqueueStream& operator=(const EnqueueStream&) = delete;
+  static void* current() { return current_; }
+
+ private:
+  void* saved_;
+  static thread_local void* current_;
+};
+
 // Checks and converts the arguments every tensor operation has (dtype code, shape, input); the
 // caller adds the op-specific fields. *bytes receives the tensor's size.
 TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* shape, int ndim, int processSet,

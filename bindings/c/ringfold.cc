@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings/c/capi.h"
+#include "engine/device_ops.h"
 #include "common/logging.h"
 
 #ifndef RINGFOLD_LIBRARY_VERSION
@@ -109,9 +110,12 @@ RINGFOLD_API bool horovod_gloo_built(void) noexcept { clearError(); return false
 RINGFOLD_API int horovod_nccl_built(void) noexcept { clearError(); return 0; }
 RINGFOLD_API bool horovod_ddl_built(void) noexcept { clearError(); return false; }
 RINGFOLD_API bool horovod_ccl_built(void) noexcept { clearError(); return false; }
-// The engine does not take GPU tensors yet (its coordinator rejects device >= 0), whether or not
-// the CUDA kernels were built.
-RINGFOLD_API bool horovod_cuda_built(void) noexcept { clearError(); return false; }
+// True when the CUDA kernels were built, which is when the engine takes GPU tensors (allreduce
+// and broadcast); whether a GPU is present is a run-time matter (ringfold_cuda_device()).
+RINGFOLD_API bool horovod_cuda_built(void) noexcept { clearError(); return ringfold::engine::deviceOpsBuilt(); }
+RINGFOLD_API int ringfold_cuda_device(void) noexcept {
+  return guardOr("ringfold_cuda_device", -1, [] { return require().engine->cudaDevice(); });
+}
 RINGFOLD_API bool horovod_rocm_built(void) noexcept { clearError(); return false; }
 
 RINGFOLD_API int horovod_reduce_op_average(void) noexcept { clearError(); return RINGFOLD_OP_AVERAGE; }
@@ -303,13 +307,17 @@ RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor
     const bool tensorless = op->type == RINGFOLD_JOIN || op->type == RINGFOLD_BARRIER;
     if (!tensorless) requireOut(input, "input");
     for (const ringfold_tensor_t* t : {input, output}) {
-      if (t && t->stream != nullptr) {
+      if (t && t->stream != nullptr && !ringfold::engine::deviceOpsBuilt()) {
         RF_THROW(ringfold::InvalidArgument, "a CUDA stream was given, but this ringfold build has no CUDA support");
+      }
+      if (t && t->stream != nullptr && t->device == RINGFOLD_CPU_DEVICE) {
+        RF_THROW(ringfold::InvalidArgument, "a CUDA stream was given for a CPU tensor (device RINGFOLD_CPU_DEVICE)");
       }
     }
     return RINGFOLD_OK;
   });
   if (rc != RINGFOLD_OK) return rc;
+  const EnqueueStream stream(input != nullptr ? input->stream : nullptr);  // read by tensorArgs()
   const double pre = op->prescale == 0.0 ? 1.0 : op->prescale;
   const double post = op->postscale == 0.0 ? 1.0 : op->postscale;
   void* out = output ? const_cast<void*>(output->data) : nullptr;

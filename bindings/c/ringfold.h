@@ -54,8 +54,8 @@
  *     ranks that make their unnamed calls in the same order get the same names. A name may be
  *     reused once its previous operation completed.
  *   - shape/ndim describe the tensor (ndim 0: a scalar, shape may then be NULL). Data is dense,
- *     row-major, on the CPU (device = RINGFOLD_CPU_DEVICE; GPU ids are accepted only by builds
- *     with CUDA support, see horovod_cuda_built()).
+ *     row-major, on the CPU (device = RINGFOLD_CPU_DEVICE) or on a CUDA device (device = its
+ *     index, see "GPU tensors" below).
  *   - Buffers passed to an *_async call must stay valid and unmodified (outputs untouched)
  *     until the handle completes.
  *   - Allreduce and broadcast write into the caller's output (which may equal the input).
@@ -64,6 +64,27 @@
  *     _bytes and ringfold_result_copy, or borrow it with ringfold_result_data (valid until
  *     ringfold_release). Every handle must be released exactly once, after it completed
  *     (releasing an incomplete handle fails: the engine may still be using its buffers).
+ *
+ * GPU tensors (builds with CUDA: horovod_cuda_built() is true)
+ *   - Allreduce (grouped too) and broadcast take device >= 0: data, output and the input of
+ *     every rank are device pointers of that CUDA device (ranks may use different indices).
+ *     Other operations refuse GPU tensors with RINGFOLD_INVALID_ARGUMENT. Builds without CUDA
+ *     refuse every GPU tensor and every stream ("no CUDA support"); a CUDA build on a machine
+ *     without a usable GPU refuses them at enqueue with a message naming the tensor ("...
+ *     'grad' is on GPU 0, but no CUDA device is available (cudaGetDeviceCount returned ...)"),
+ *     and CPU tensors keep working.
+ *   - Ordering: ringfold_enqueue's tensor.stream (a cudaStream_t; NULL = the legacy default
+ *     stream; the *_async functions always use NULL) orders the operation: ringfold reads the
+ *     input only after the work already queued on that stream, and when the handle completes
+ *     the stream has been made to wait (cudaStreamWaitEvent) for the result, so kernels queued
+ *     on it afterwards see the result. The result is also on the device when ringfold_wait /
+ *     ringfold_poll report completion, so the host may copy it out then. The input must not be
+ *     modified, nor the output used, by other streams until then.
+ *   - Data moves over TCP through pinned host buffers (RINGFOLD_CUDA_STAGING_BYTES per block, the
+ *     copy of one block overlapping the transfer of the next); reductions run on the GPU with
+ *     ringfold's kernels and give the same bits as on the CPU.
+ *   - ringfold_cuda_device() is the device a rank should use when nothing else decides:
+ *     RINGFOLD_CUDA_DEVICE, else local rank modulo the number of devices; -1 without a GPU.
  *
  * Minimal use (rank count and rank from the launcher's environment):
  *
@@ -186,6 +207,9 @@ RINGFOLD_API bool horovod_ddl_built(void) RINGFOLD_NOEXCEPT;
 RINGFOLD_API bool horovod_ccl_built(void) RINGFOLD_NOEXCEPT;
 /* True only when the engine accepts GPU tensors (not yet). */
 RINGFOLD_API bool horovod_cuda_built(void) RINGFOLD_NOEXCEPT;
+/* The CUDA device this rank should use (see "GPU tensors"); -1 without CUDA support, without a
+ * device, or before init. */
+RINGFOLD_API int ringfold_cuda_device(void) RINGFOLD_NOEXCEPT;
 RINGFOLD_API bool horovod_rocm_built(void) RINGFOLD_NOEXCEPT;
 
 /* Reduce-op codes (RINGFOLD_OP_*): 0 average, 1 sum, 2 adasum, 3 min, 4 max, 5 product. */
@@ -292,7 +316,8 @@ typedef struct ringfold_tensor {
   const int64_t* shape;  /* ndim dimensions, row-major; NULL when ndim is 0 (a scalar) */
   int ndim;
   int device;            /* RINGFOLD_CPU_DEVICE, or a CUDA device index */
-  void* stream;          /* the cudaStream_t a GPU tensor's data is ordered on; NULL on the CPU */
+  void* stream;          /* the cudaStream_t a GPU tensor's data is ordered on (NULL: the default
+                            stream); must be NULL for CPU tensors */
 } ringfold_tensor_t;
 
 #define RINGFOLD_ALLREDUCE 0
@@ -317,7 +342,8 @@ typedef struct ringfold_op {
 
 /* Enqueues `op` on `input` (output: the caller's buffer for allreduce and broadcast, NULL for
  * operations whose output the engine allocates, and ignored by join and barrier, which take no
- * tensors: input may be NULL). A non-NULL stream is refused by builds without CUDA. */
+ * tensors: input may be NULL). input->stream orders a GPU tensor (see "GPU tensors"); a
+ * non-NULL stream is refused for CPU tensors and by builds without CUDA. */
 RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
                                   const ringfold_tensor_t* output, int64_t* handle) RINGFOLD_NOEXCEPT;
 

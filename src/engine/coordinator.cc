@@ -182,7 +182,8 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
     return fail("Mismatched data types for " + what + ": " +
                 byValue(byRank, [](const Request& r) { return std::string(dataTypeName(r.dtype)); }));
   }
-  if (!allEqual(byRank, [](const Request& r) { return r.device; })) {
+  // CPU against GPU must agree; the GPU index may differ (each rank drives its own GPU).
+  if (!allEqual(byRank, [](const Request& r) { return r.device == kCpuDevice; })) {
     return fail("Mismatched devices for " + what + ": " + byValue(byRank, [](const Request& r) {
                   return r.device == kCpuDevice ? std::string("CPU") : "GPU " + std::to_string(r.device);
                 }));

@@ -6,7 +6,8 @@
 // feeds with zeros. Ready tensors are turned into responses in the order their names were first
 // submitted; the tensors of a group are released together, once all of them are ready.
 //
-// Building a response checks that the ranks agree: op, dtype, device, reduce op, scale factors,
+// Building a response checks that the ranks agree: op, dtype, device (CPU or GPU: the GPU index
+// may differ between ranks), reduce op, scale factors,
 // shape (allgather/alltoall: all but the first dimension), broadcast root, alltoall splits. On
 // any disagreement the response is an error whose message names the tensor and, for each
 // distinct value, the ranks that passed it; every rank reports that same message.

@@ -59,7 +59,7 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topol
       size_(world->size()),
       topology_(topology),
       options_(std::move(options)),
-      operations_(&timeline_),
+      operations_(&timeline_, topology.localRank),
       tuned_{options_.fusionThresholdBytes, options_.cycleTimeMs} {
   std::vector<int> everyone(size_);
   for (int r = 0; r < size_; ++r) everyone[r] = r;
@@ -133,6 +133,23 @@ ProcessSet* Engine::findSet(int id) const {
   return sets_[id].get();
 }
 
+int Engine::cudaDevice() {
+  DeviceOps* ops = operations_.deviceOps();
+  return ops == nullptr ? -1 : defaultCudaDevice(topology_.localRank, ops->deviceCount());
+}
+
+void Engine::checkDevice(const TensorArgs& a) {
+  const std::string what = std::string(opTypeLowerName(a.op)) + " '" + a.name + "'";
+  if (a.device < 0) RF_THROW(InvalidArgument, what, ": device ", a.device, " is neither the CPU (", kCpuDevice, ") nor a GPU index");
+  if (a.op != OpType::kAllreduce && a.op != OpType::kBroadcast) {
+    RF_THROW(InvalidArgument, what, " is on GPU ", a.device, ": GPU tensors are supported by allreduce and broadcast; copy it to the CPU for ",
+             opTypeLowerName(a.op));
+  }
+  DeviceOps* ops = operations_.deviceOps();
+  if (ops == nullptr) RF_THROW(InvalidArgument, what, " is on GPU ", a.device, ", but this ringfold build has no CUDA support");
+  ops->check(a.device, what);
+}
+
 std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
   std::vector<TensorEntry> entries;
   std::vector<int> sets;
@@ -159,6 +176,7 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
     if (static_cast<int>(a.dtype) >= kNumDataTypes || static_cast<int>(a.reduceOp) >= kNumReduceOps) {
       RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': unknown dtype or reduce op");
     }
+    if (data && a.device != kCpuDevice) checkDevice(a);
     TensorEntry e;
     e.request.op = a.op;
     e.request.name = a.name;
@@ -174,6 +192,7 @@ std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
     e.request.groupSize = group.empty() ? 0 : static_cast<int32_t>(args.size());
     e.input = a.input;
     e.output = a.output;
+    e.stream = a.stream;
     entries.push_back(std::move(e));
     sets.push_back(a.processSet);
   }

@@ -97,7 +97,8 @@ struct TensorArgs {
   std::string name;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
-  int device = kCpuDevice;
+  int device = kCpuDevice;       // kCpuDevice, or a CUDA device (allreduce, broadcast)
+  void* stream = nullptr;        // GPU tensors: cudaStream_t their data is ordered on (null: default)
   const void* input = nullptr;
   void* output = nullptr;  // allreduce, broadcast: same size as input (may equal it)
   ReduceOp reduceOp = ReduceOp::kSum;
@@ -122,6 +123,8 @@ class Engine {
                                                  std::optional<bool> dynamicProcessSets = {},
                                                  int incarnation = 0);
 
+  // GPU tensors (device >= 0): allreduce and broadcast, in CUDA builds, with a device present;
+  // anything else throws InvalidArgument naming the tensor (e.g. "no CUDA device is available").
   Handle enqueue(TensorArgs args);
   // A grouped call: the tensors are negotiated and released together.
   std::vector<Handle> enqueueGroup(std::vector<TensorArgs> args);
@@ -148,6 +151,9 @@ class Engine {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Topology& topology() const { return topology_; }
+  // The GPU this rank uses when a tensor does not say (defaultCudaDevice in device_ops.h), -1
+  // without CUDA support or device. Thread-safe.
+  int cudaDevice();
 
   // Timeline, written by global rank 0 (elsewhere these do nothing). Unlike Horovod, which
   // needs HOROVOD_TIMELINE=DYNAMIC at init, a timeline can be started at any time.
@@ -164,6 +170,7 @@ class Engine {
   void completeError(int set, TensorEntry& entry, StatusCode code, const std::string& message);
   void failAll(StatusCode code, const std::string& message);
   void applyControl(const Response& response, ProcessSet& global);
+  void checkDevice(const TensorArgs& a);
   std::vector<Handle> enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets);
   ProcessSet* findSet(int id) const;
   // Splits the global communicator for `ranks` (sorted; members only) and registers the set

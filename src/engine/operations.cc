@@ -42,6 +42,10 @@ std::string transportActivity(Communicator& comm, OpType op) {
 
 }  // namespace
 
+Operations::Operations(Timeline* timeline, int localRank)
+    : timeline_(timeline), localRank_(localRank), deviceOps_(makeDeviceOps()) {}
+Operations::~Operations() = default;
+
 bool Operations::tracing() const { return timeline_ && timeline_->active(); }
 
 void Operations::activity(const std::vector<const Response*>& members, const char* name) {
@@ -78,7 +82,13 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
     case OpType::kBroadcast: {
       activity(members, transport.c_str());
       const TensorEntry& e = *entries[0];
-      broadcast(comm, {e.input, e.output, static_cast<size_t>(head.elements), head.dtype, head.root});
+      if (e.request.device != kCpuDevice) {
+        RF_ENFORCE(deviceOps_ != nullptr, "GPU broadcast in a build without CUDA");
+        deviceOps_->broadcast(comm, e.request.device, {e.input, e.output, responseBytes(head), e.stream}, head.dtype,
+                              head.root);
+      } else {
+        broadcast(comm, {e.input, e.output, static_cast<size_t>(head.elements), head.dtype, head.root});
+      }
       bytesMoved_ += responseBytes(head);
       activityEnd(members);
       break;
@@ -111,6 +121,10 @@ void Operations::allreduce(Communicator& comm, const std::vector<const Response*
                            std::vector<std::optional<TensorEntry>>& entries) {
   const Response& head = *members.front();
   const std::string transport = transportActivity(comm, OpType::kAllreduce);
+  if (head.device != kCpuDevice) {
+    deviceAllreduce(comm, members, entries);
+    return;
+  }
   uint64_t total = 0;
   for (const Response* r : members) total += responseBytes(*r);
   bytesMoved_ += total;
@@ -152,6 +166,42 @@ void Operations::allreduce(Communicator& comm, const std::vector<const Response*
     if (entries[i] && bytes) std::memcpy(entries[i]->output, fusion_.data() + offset, bytes);
     offset += bytes;
   }
+  activityEnd(members);
+}
+
+int Operations::localDevice(const std::vector<std::optional<TensorEntry>>& entries, const Response& head) {
+  for (const auto& e : entries) {
+    if (e) return e->request.device;
+  }
+  const int device = defaultCudaDevice(localRank_, deviceOps_->deviceCount());  // a joined rank
+  if (device < 0) {
+    RF_THROW(InvalidArgument, "allreduce '", head.name, "' is on GPU on the other ranks, but this joined rank has no CUDA device");
+  }
+  return device;
+}
+
+void Operations::deviceAllreduce(Communicator& comm, const std::vector<const Response*>& members,
+                                 std::vector<std::optional<TensorEntry>>& entries) {
+  const Response& head = *members.front();
+  RF_ENFORCE(deviceOps_ != nullptr, "GPU allreduce in a build without CUDA");
+  const int device = localDevice(entries, head);
+  std::vector<DeviceTensor> tensors;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const size_t bytes = responseBytes(*members[i]);
+    bytesMoved_ += bytes;
+    if (!entries[i]) {
+      tensors.push_back({nullptr, nullptr, bytes, nullptr});
+      continue;
+    }
+    if (entries[i]->request.device != device) {
+      RF_THROW(InvalidArgument, "allreduce '", members[i]->name, "' is on GPU ", entries[i]->request.device,
+               " but was fused with '", members.front()->name, "' on GPU ", device);
+    }
+    tensors.push_back({entries[i]->input, entries[i]->output, bytes, entries[i]->stream});
+  }
+  const std::string transport = transportActivity(comm, OpType::kAllreduce) + "_STAGED";
+  activity(members, transport.c_str());
+  deviceOps_->allreduce(comm, device, tensors, head.dtype, head.reduceOp, head.preScale, head.postScale);
   activityEnd(members);
 }
 

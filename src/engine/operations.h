@@ -18,12 +18,18 @@
 //                   row more); uneven splits go through a zero-padded staging buffer, because
 //                   the reduce-scatter collective moves equal blocks.
 //   barrier       : the dissemination barrier.
+// GPU tensors (device >= 0; allreduce and broadcast) go through DeviceOps (device_ops.h): staged
+// through pinned host memory, folded on the GPU, fused in a device buffer. Each rank uses its own
+// tensors' device (ranks may use different GPU indices); a joined rank uses RINGFOLD_CUDA_DEVICE
+// or its local rank's GPU (defaultCudaDevice in device_ops.h).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "engine/device_ops.h"
 #include "engine/fusion.h"
 #include "engine/handle_table.h"
 #include "engine/process_set.h"
@@ -34,7 +40,12 @@ class Timeline;
 
 class Operations {
  public:
-  explicit Operations(Timeline* timeline) : timeline_(timeline) {}
+  // localRank: which GPU a joined rank (no tensor of its own) uses, see defaultCudaDevice().
+  Operations(Timeline* timeline, int localRank);
+  ~Operations();
+
+  // GPU tensors' operations (device_ops.h); null in builds without CUDA.
+  DeviceOps* deviceOps() { return deviceOps_.get(); }
 
   std::vector<Result> run(ProcessSet& set, const std::vector<Response>& responses, const Batch& batch,
                           std::vector<std::optional<TensorEntry>>& entries);
@@ -52,7 +63,13 @@ class Operations {
   void activity(const std::vector<const Response*>& members, const char* name);
   void activityEnd(const std::vector<const Response*>& members);
 
+  void deviceAllreduce(Communicator& comm, const std::vector<const Response*>& members,
+                       std::vector<std::optional<TensorEntry>>& entries);
+  int localDevice(const std::vector<std::optional<TensorEntry>>& entries, const Response& head);
+
   Timeline* timeline_;
+  int localRank_;
+  std::unique_ptr<DeviceOps> deviceOps_;
   std::vector<std::byte> fusion_;  // grows to the largest batch, then reused
   std::vector<std::byte> staging_;
   uint64_t bytesMoved_ = 0;

@@ -5,6 +5,7 @@
 #include "collectives/collectives.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "engine/device_ops.h"
 #include "engine/timeline.h"
 
 namespace ringfold::engine {
@@ -20,7 +21,7 @@ ProcessSet::ProcessSet(int id, std::vector<int> ranks, std::unique_ptr<Communica
                        int worldSize, size_t cacheCapacity)
     : id_(id), ranks_(std::move(ranks)), comm_(std::move(comm)), cache_(cacheCapacity) {
   if (comm_ && comm_->rank() == 0) {
-    coordinator_ = std::make_unique<Coordinator>(static_cast<int>(ranks_.size()), worldSize);
+    coordinator_ = std::make_unique<Coordinator>(static_cast<int>(ranks_.size()), worldSize, deviceOpsBuilt());
   }
 }
 

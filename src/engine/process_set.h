@@ -46,6 +46,7 @@ struct TensorEntry {
   Request request;
   const void* input = nullptr;
   void* output = nullptr;  // caller's output (allreduce, broadcast); null: the engine allocates
+  void* stream = nullptr;  // GPU tensors: the cudaStream_t their data is ordered on
   Handle handle = 0;
   std::chrono::steady_clock::time_point enqueued;
   bool sent = false;  // sent to the coordinator

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/params.h"
 #include "reduce/kernel_table.h"
+#include "reduce/reducer_args.h"
 
 namespace ringfold {
 namespace {
@@ -49,36 +50,15 @@ const KernelTable& kernelsFor(CpuIsa isa) {
   }
 }
 
-// True when [p, p+bytes) and [q, q+bytes) share a byte but do not start at the same address.
-bool partialOverlap(const void* p, const void* q, size_t bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(p);
-  const auto y = reinterpret_cast<uintptr_t>(q);
-  if (x == y || bytes == 0) return false;
-  return x < y ? y - x < bytes : x - y < bytes;
-}
-
-void checkDtype(DataType dtype) {
-  const int d = static_cast<int>(dtype);
-  RF_ENFORCE(d >= 0 && d < kNumDataTypes && isReducible(dtype), "reducer: data type ",
-             dataTypeName(dtype), " (", d, ") cannot be reduced");
-}
-
 class CpuReducer final : public Reducer {
  public:
   explicit CpuReducer(CpuIsa isa) : kernels_(kernelsFor(isa)) {}
 
   void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
               double postScale) override {
-    checkDtype(dtype);
-    int o = static_cast<int>(op);
-    RF_ENFORCE(o >= 0 && o < kNumReduceOps, "reducer: unknown reduce op ", o);
-    if (op == ReduceOp::kAvg) o = static_cast<int>(ReduceOp::kSum);
-    if (count == 0) return;
-    RF_ENFORCE(dst != nullptr && a != nullptr && b != nullptr, "reducer: null buffer for ", count,
-               " elements");
+    if (!reduce_detail::checkReduceArgs("reducer", dst, a, b, count, dtype, op)) return;
+    const int o = static_cast<int>(op == ReduceOp::kAvg ? ReduceOp::kSum : op);
     const size_t bytes = count * dataTypeSize(dtype);
-    RF_ENFORCE(!partialOverlap(dst, a, bytes) && !partialOverlap(dst, b, bytes),
-               "reducer: dst partially overlaps a source (only dst == a or dst == b is allowed)");
     const int scaled = postScale != 1.0 ? 1 : 0;
     const int d = static_cast<int>(dtype);
     if (bytes >= kStreamMinBytes && dst != a && dst != b && kernels_.reduceStream[d][o][scaled]) {
@@ -89,12 +69,8 @@ class CpuReducer final : public Reducer {
   }
 
   void scale(void* dst, const void* src, size_t count, DataType dtype, double factor) override {
-    checkDtype(dtype);
-    if (count == 0) return;
-    RF_ENFORCE(dst != nullptr && src != nullptr, "reducer: null buffer for ", count, " elements");
+    if (!reduce_detail::checkScaleArgs("reducer", dst, src, count, dtype)) return;
     const size_t bytes = count * dataTypeSize(dtype);
-    RF_ENFORCE(!partialOverlap(dst, src, bytes),
-               "reducer: scale dst partially overlaps src (only dst == src is allowed)");
     if (factor == 1.0) {
       if (dst != src) std::memcpy(dst, src, bytes);
       return;

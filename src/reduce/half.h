@@ -18,13 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef RF_HOST_DEVICE
-#if defined(__CUDACC__)
-#define RF_HOST_DEVICE __host__ __device__
-#else
-#define RF_HOST_DEVICE
-#endif
-#endif
+#include "common/host_device.h"
 
 namespace ringfold {
 

@@ -192,7 +192,11 @@ TEST_F(CApi, BuildFlagsReduceOpCodesAndVersion) {
   EXPECT_EQ(horovod_nccl_built(), 0);
   EXPECT_FALSE(horovod_ddl_built());
   EXPECT_FALSE(horovod_ccl_built());
+#if defined(RINGFOLD_HAVE_CUDA_TOOLKIT)
+  EXPECT_TRUE(horovod_cuda_built());  // the kernels are built, so the engine takes GPU tensors
+#else
   EXPECT_FALSE(horovod_cuda_built());
+#endif
   EXPECT_FALSE(horovod_rocm_built());
   EXPECT_EQ(horovod_reduce_op_average(), 0);
   EXPECT_EQ(horovod_reduce_op_sum(), 1);
@@ -503,8 +507,30 @@ TEST_F(CApi, EnqueueWithStructsAndCancel) {
   EXPECT_FAILS(ringfold_enqueue(&op, nullptr, &tout, &h), RINGFOLD_INVALID_ARGUMENT, "input");
   int fakeStream = 0;
   tin.stream = &fakeStream;
+#if defined(RINGFOLD_HAVE_CUDA_TOOLKIT)
+  EXPECT_FAILS(ringfold_enqueue(&op, &tin, &tout, &h), RINGFOLD_INVALID_ARGUMENT, "stream was given for a CPU tensor");
+#else
   EXPECT_FAILS(ringfold_enqueue(&op, &tin, &tout, &h), RINGFOLD_INVALID_ARGUMENT, "no CUDA support");
+#endif
   tin.stream = nullptr;
+
+  // A GPU tensor: refused at enqueue, naming the tensor, when there is no CUDA support or no
+  // device (with a device, tests/kernels' gpu-label tests run it).
+  op.name = "struct.gpu";
+  tin.device = tout.device = 0;
+  if (ringfold_cuda_device() < 0) {
+#if defined(RINGFOLD_HAVE_CUDA_TOOLKIT)
+    EXPECT_FAILS(ringfold_enqueue(&op, &tin, &tout, &h), RINGFOLD_INVALID_ARGUMENT,
+                 "allreduce 'struct.gpu' is on GPU 0, but no CUDA device is available (cudaGetDeviceCount");
+#else
+    EXPECT_FAILS(ringfold_enqueue(&op, &tin, &tout, &h), RINGFOLD_INVALID_ARGUMENT, "no CUDA support");
+#endif
+  }
+  op.type = RINGFOLD_ALLGATHER;
+  EXPECT_FAILS(ringfold_enqueue(&op, &tin, nullptr, &h), RINGFOLD_INVALID_ARGUMENT,
+               "GPU tensors are supported by allreduce and broadcast");
+  op.type = RINGFOLD_ALLREDUCE;
+  tin.device = tout.device = RINGFOLD_CPU_DEVICE;
 
   // Cancel: with one rank a tensor is reported within a cycle, so cancel either wins (ABORTED,
   // "cancelled") or the allreduce completes normally; both are correct, a hang or another status

@@ -2,8 +2,11 @@
 // response cache's slots, and fusion planning.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "common/error.h"
 #include "engine/coordinator.h"
+#include "engine/device_ops.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/response_cache.h"
@@ -142,6 +145,40 @@ TEST(NegotiationCoordinator, GpuTensorsWithoutCudaFailClearly) {
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_TRUE(ready[0].error);
   EXPECT_NE(ready[0].errorMessage.find("no CUDA support"), std::string::npos);
+}
+
+TEST(DeviceOps, DefaultCudaDeviceIsTheLocalRanksUnlessConfigured) {
+  unsetenv("RINGFOLD_CUDA_DEVICE");
+  EXPECT_EQ(-1, defaultCudaDevice(0, 0));
+  EXPECT_EQ(0, defaultCudaDevice(0, 1));
+  EXPECT_EQ(1, defaultCudaDevice(3, 2));
+  EXPECT_EQ(3, defaultCudaDevice(3, 8));
+  setenv("RINGFOLD_CUDA_DEVICE", "1", 1);
+  EXPECT_EQ(1, defaultCudaDevice(0, 2));
+  EXPECT_EQ(-1, defaultCudaDevice(0, 0));
+  setenv("RINGFOLD_CUDA_DEVICE", "2", 1);
+  EXPECT_THROW(defaultCudaDevice(0, 2), InvalidArgument);
+  unsetenv("RINGFOLD_CUDA_DEVICE");
+  EXPECT_EQ(deviceOpsBuilt(), makeDeviceOps() != nullptr);
+}
+
+TEST(NegotiationCoordinator, GpuIndicesMayDifferButNotCpuAgainstGpu) {
+  Coordinator c(2, 2, /*gpuSupported=*/true);
+  for (int r = 0; r < 2; ++r) {
+    Request gpu = req("per-rank-gpu", r);
+    gpu.device = r;  // each rank drives its own GPU
+    c.add(gpu, Coordinator::Clock::now());
+    Request mixed = req("mixed", r);
+    mixed.device = r == 0 ? kCpuDevice : 0;
+    c.add(mixed, Coordinator::Clock::now());
+  }
+  auto ready = c.takeReady();
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_FALSE(ready[0].error) << ready[0].errorMessage;
+  EXPECT_TRUE(ready[1].error);
+  EXPECT_NE(ready[1].errorMessage.find("Mismatched devices for allreduce 'mixed': rank 0: CPU; rank 1: GPU 0"),
+            std::string::npos)
+      << ready[1].errorMessage;
 }
 
 Response allreduce(const std::string& name, int64_t elements, DataType dtype = DataType::kFloat32) {
