@@ -171,6 +171,27 @@ struct TcpStore::Impl {
   struct NoGreeting {
     std::string reason;
   };
+  // Thrown by handshake() when the store closed the connection after the client's hello without
+  // answering (a wrong secret gets wire::kRefusal first): a store shutting down in the middle
+  // of the handshake, as when a re-init races the previous incarnation's store on the same
+  // port. connect() retries for kClosedAfterHelloGrace before giving up on it.
+  struct ClosedAfterHello {
+    std::string reason;
+  };
+  static constexpr auto kClosedAfterHelloGrace = std::chrono::seconds(3);
+
+  [[noreturn]] void throwClosedInHandshake(const std::string& reason) const {
+    RF_THROW(Error, "rendezvous store at ", where(),
+             " closed the connection during the handshake, again for ",
+             std::chrono::duration_cast<milliseconds>(kClosedAfterHelloGrace).count(),
+             " ms: not a ringfold store, or one that keeps shutting down [", reason, "]");
+  }
+
+  [[noreturn]] void throwWrongSecret(const std::string& reason) const {
+    RF_THROW(Error, "rendezvous store at ", where(),
+             " refused: wrong secret (RINGFOLD_SECRET must be the same on every rank) or not a "
+             "ringfold store [", reason, "]");
+  }
 
   // Proves the secret to the server and checks the server's proof.
   void handshake(int fd) const {
@@ -190,9 +211,10 @@ struct TcpStore::Impl {
       sendAll(fd, std::vector<uint8_t>(hello, hello + sizeof hello), deadline, kHandshakeWait);
       recvAll(fd, answer, sizeof answer, deadline, kHandshakeWait);
     } catch (const IoError& e) {
-      RF_THROW(Error, "rendezvous store at ", where(),
-               " refused: wrong secret (RINGFOLD_SECRET must be the same on every rank) or not a "
-               "ringfold store [", e.what(), "]");
+      throw ClosedAfterHello{e.what()};
+    }
+    if (std::memcmp(answer, wire::kRefusal, sizeof answer) == 0) {
+      throwWrongSecret("the store says the proof of the secret is wrong");
     }
     wire::proof(secret, wire::kServerLabel, hello + wire::kMacBytes, expect);
     if (!wire::macEqual(expect, answer)) {
@@ -206,6 +228,8 @@ struct TcpStore::Impl {
     const auto deadline = deadlineAfter(timeout);
     auto backoff = milliseconds(10);
     std::string lastError = "timed out";
+    std::optional<Clock::time_point> firstClosedAfterHello;
+    std::string closedAfterHelloReason;
     for (;;) {
       bool refused = false;
       int fd = tryConnect(deadline, lastError, refused);
@@ -220,6 +244,14 @@ struct TcpStore::Impl {
           ::close(fd);
           lastError = "the store closed the connection before greeting (" + e.reason + ")";
           if (everConnected) throwClosed("reconnect: " + lastError);
+        } catch (const ClosedAfterHello& e) {
+          ::close(fd);
+          if (!firstClosedAfterHello) firstClosedAfterHello = Clock::now();
+          closedAfterHelloReason = e.reason;
+          if (everConnected || Clock::now() - *firstClosedAfterHello >= kClosedAfterHelloGrace ||
+              Clock::now() >= deadline) {
+            throwClosedInHandshake(e.reason);
+          }
         } catch (...) {
           ::close(fd);
           throw;
@@ -228,6 +260,7 @@ struct TcpStore::Impl {
       // A store we reached before and that now refuses connections has gone away.
       if (everConnected && refused) throwClosed("reconnect: " + lastError);
       auto now = Clock::now();
+      if (now >= deadline && firstClosedAfterHello) throwClosedInHandshake(closedAfterHelloReason);
       if (now >= deadline) {
         RF_THROW(TimeoutError, "could not connect to the rendezvous store at ", where(), " within ",
                  timeout.count(), " ms: ", lastError);

@@ -13,6 +13,9 @@ namespace ringfold::rendezvous::wire {
 constexpr size_t kNonceBytes = 32;
 constexpr size_t kMacBytes = 32;                       // HMAC-SHA256
 constexpr size_t kClientHelloBytes = kMacBytes + kNonceBytes;
+// What the server sends in place of its proof when the client's proof is wrong, just before it
+// closes the connection: kMacBytes zero bytes (an HMAC that is all zeros has probability 2^-256).
+inline constexpr uint8_t kRefusal[kMacBytes] = {};
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxCheckKeys = 65536;
 constexpr std::string_view kClientLabel = "ringfold-store-v1";

@@ -390,6 +390,11 @@ struct TcpStoreServer::Impl {
     uint8_t expect[wire::kMacBytes];
     wire::proof(secret, wire::kClientLabel, c.nonce, expect);
     if (!wire::macEqual(expect, c.in.data())) {
+      // Say so before closing (wire::kRefusal), so the client reports a wrong secret at once
+      // instead of taking the close for a store that is shutting down. Nothing else is queued
+      // on a connection still in its handshake, so the socket buffer takes these bytes.
+      ssize_t ignored = ::send(c.fd, wire::kRefusal, sizeof wire::kRefusal, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)ignored;
       refuse(c, "wrong secret (handshake HMAC mismatch)");
       return false;
     }
