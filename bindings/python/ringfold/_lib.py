@@ -93,6 +93,9 @@ _SIGNATURES = {
     'ringfold_last_error': (ctypes.c_char_p, []),
     'ringfold_version': (ctypes.c_char_p, []),
     'ringfold_enqueue': (ctypes.c_int, [ctypes.POINTER(Op), _Tensor_p, _Tensor_p, _c_int64_p]),
+    'ringfold_allreduce_async': (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, _c_int64_p, ctypes.c_int, ctypes.c_char_p,
+        ctypes.c_int, ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int, _c_int64_p]),
     'ringfold_grouped_allreduce_async': (ctypes.c_int, [
         ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p), _c_int_p,
         ctypes.POINTER(_c_int64_p), _c_int_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int,

@@ -57,18 +57,19 @@ def _engine_output(dtype, with_splits=0):
 
 def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
-    t = _target(array, 'allreduce_')
-    return _ops.enqueue(_lib.ALLREDUCE, t, t, array, lambda h: array, name, op, prescale_factor,
-                        postscale_factor, process_set=process_set._id())
+    _target(array, 'allreduce_')
+    return _ops.enqueue_allreduce(array.ctypes.data, array.ctypes.data, _code(array), array.shape,
+                                  array, lambda h: array, name, op, prescale_factor,
+                                  postscale_factor, process_set._id())
 
 
 def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    src, t_in = _input(array)
+    src = np.ascontiguousarray(array)
     out = np.empty_like(src)
-    t_out = _ops.tensor(out.ctypes.data, t_in.dtype, out.shape)
-    return _ops.enqueue(_lib.ALLREDUCE, t_in, t_out, (src, out), lambda h: out, name, op,
-                        prescale_factor, postscale_factor, process_set=process_set._id())
+    return _ops.enqueue_allreduce(src.ctypes.data, out.ctypes.data, _code(src), src.shape, (src, out),
+                                  lambda h: out, name, op, prescale_factor, postscale_factor,
+                                  process_set._id())
 
 
 def allreduce(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,

@@ -68,6 +68,37 @@ def enqueue(op_type, inp, out, keep, finish, name=None, reduce_op=0, prescale=1.
     return handle.value
 
 
+_shape_cache = {}          # shape tuple -> ctypes int64 array (shapes repeat every step)
+_name_cache = {}           # (prefix, name) -> encoded bytes
+_CACHE_LIMIT = 4096
+
+
+def _cached(cache, key, make):
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        value = cache[key] = make()
+    return value
+
+
+def enqueue_allreduce(in_ptr, out_ptr, dtype, shape, keep, finish, name, reduce_op, prescale,
+                      postscale, process_set):
+    """enqueue() for one allreduce of host memory through the flat C entry point
+    (ringfold_allreduce_async): no structs to build, shapes and names cached. This is the
+    per-gradient path, where Python's cost per call matters."""
+    shape = tuple(shape)
+    c_shape = _cached(_shape_cache, shape, lambda: (ctypes.c_int64 * max(len(shape), 1))(*shape))
+    c_name = None if name is None else _cached(_name_cache, name,
+                                               lambda: ('allreduce.' + str(name)).encode())
+    handle = ctypes.c_int64()
+    _lib.check(_lib.lib().ringfold_allreduce_async(in_ptr, out_ptr, dtype, c_shape, len(shape), c_name,
+                                                   reduce_op, prescale, postscale, process_set,
+                                                   _lib.CPU_DEVICE, ctypes.byref(handle)))
+    _pending[handle.value] = (keep, finish)
+    return handle.value
+
+
 def enqueue_grouped_allreduce(inputs, outputs, keep, finishes, names, reduce_op, prescale, postscale,
                               process_set, device=_lib.CPU_DEVICE):
     """`inputs`/`outputs`: lists of (ptr, dtype, shape). One handle per tensor, negotiated and
@@ -110,17 +141,21 @@ def synchronize(handle):
     except (KeyError, TypeError):
         raise ValueError('synchronize: unknown or already synchronized handle %r' % (handle,)) from None
     lib = _lib.lib()
+    status = _lib.IN_PROGRESS
     try:
-        status = lib.ringfold_wait(handle, _WAIT_SLICE_SECONDS)
         while status == _lib.IN_PROGRESS:
             status = lib.ringfold_wait(handle, _WAIT_SLICE_SECONDS)
-        _lib.check(status)
-        return finish(handle) if finish is not None else None
-    finally:
-        if lib.ringfold_poll(handle) == 0:   # interrupted (Ctrl-C): the engine owns the buffers
+    except BaseException:                 # interrupted (Ctrl-C): the engine still owns the buffers
+        if lib.ringfold_poll(handle) == 0:
             _pending[handle] = (keep, finish)
         else:
             lib.ringfold_release(handle)
+        raise
+    try:
+        _lib.check(status)
+        return finish(handle) if finish is not None else None
+    finally:
+        lib.ringfold_release(handle)
 
 
 def forget_all():

@@ -117,6 +117,10 @@ def _allreduce_async(tensor, output, finish, name, op, prescale_factor, postscal
     _check_adasum(op)
     code = _dtype_code(tensor, _REDUCIBLE, 'allreduce')
     src = tensor.contiguous()
+    if not src.is_cuda:
+        return _ops.enqueue_allreduce(src.data_ptr(), output.data_ptr(), code, src.shape,
+                                      (src, output), finish, name, op, prescale_factor,
+                                      postscale_factor, process_set._id())
     t_in = _describe(src, code)
     t_out = t_in if output is src else _describe(output, code)
     return _ops.enqueue(_lib.ALLREDUCE, t_in, t_out, (src, output), finish, name, op,
@@ -125,7 +129,8 @@ def _allreduce_async(tensor, output, finish, name, op, prescale_factor, postscal
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    op = _average_op(op, average)
+    if op is None or average is not None:
+        op = _average_op(op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, lambda h: output, name, op, prescale_factor,
                             postscale_factor, process_set)
@@ -133,7 +138,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    op = _average_op(op, average)
+    if op is None or average is not None:
+        op = _average_op(op, average)
     buffer, finish = _contiguous_target(tensor)
     return _allreduce_async(buffer, buffer, finish, name, op, prescale_factor, postscale_factor,
                             process_set)
