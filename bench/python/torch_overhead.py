@@ -226,6 +226,7 @@ def worker(args):
         for name in rl._SIGNATURES:
             setattr(stub, name, getattr(lib, name))
         stub.ringfold_enqueue = lambda op, a, b, h: 0
+        stub.ringfold_allreduce_async = lambda *args: 0
         stub.ringfold_wait = lambda h, t: 0
         stub.ringfold_poll = lambda h: 1
         stub.ringfold_release = lambda h: 0
