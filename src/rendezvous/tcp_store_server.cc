@@ -177,10 +177,16 @@ struct TcpStoreServer::Impl {
     toClose.push_back(c.id);
   }
 
-  void refuse(Conn& c, const std::string& why) {
+  // Counts and logs the refusal, sends `farewell` if any (best effort: nothing else is queued on
+  // a connection refused in its handshake), then drops the connection.
+  void refuse(Conn& c, const std::string& why, const uint8_t* farewell = nullptr, size_t farewellBytes = 0) {
     if (c.dead) return;
     refused.fetch_add(1);
     RF_LOG(kWarning) << "rendezvous store refused connection from " << c.peer << ": " << why;
+    if (farewell) {
+      ssize_t ignored = ::send(c.fd, farewell, farewellBytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)ignored;
+    }
     markDead(c);
   }
 
@@ -391,11 +397,8 @@ struct TcpStoreServer::Impl {
     wire::proof(secret, wire::kClientLabel, c.nonce, expect);
     if (!wire::macEqual(expect, c.in.data())) {
       // Say so before closing (wire::kRefusal), so the client reports a wrong secret at once
-      // instead of taking the close for a store that is shutting down. Nothing else is queued
-      // on a connection still in its handshake, so the socket buffer takes these bytes.
-      ssize_t ignored = ::send(c.fd, wire::kRefusal, sizeof wire::kRefusal, MSG_DONTWAIT | MSG_NOSIGNAL);
-      (void)ignored;
-      refuse(c, "wrong secret (handshake HMAC mismatch)");
+      // instead of taking the close for a store that is shutting down.
+      refuse(c, "wrong secret (handshake HMAC mismatch)", wire::kRefusal, sizeof wire::kRefusal);
       return false;
     }
     uint8_t answer[wire::kMacBytes];

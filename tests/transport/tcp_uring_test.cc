@@ -1,11 +1,18 @@
 // tcp_uring with ranks as threads of this process (each its own Device), over 127.0.0.1.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <thread>
 
 #include <atomic>
 #include <cstring>
 
 #include "tcp_test_util.h"
+#include "rendezvous/hash_store.h"
 #include "transport/memory_region.h"
+#include "transport/tcp_uring/socket.h"
 
 namespace ringfold::test {
 namespace {
@@ -309,6 +316,53 @@ TEST_P(Mesh, EveryPairExchanges) {
 
 INSTANTIATE_TEST_SUITE_P(TcpUring, Mesh, ::testing::Values(3, 5),
                          [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+
+
+// A process that never read the store (so does not hold the job secret) connects to a rank's
+// published port first and claims to be rank 0: the rank drops it (the hello lacks the mesh's
+// token) and still meshes with the real rank 0.
+TEST(TcpUringMesh, HelloWithoutTheTokenIsDropped) {
+  namespace tu = transport::tcp_uring;
+  EnvGuard env;
+  rendezvous::HashStore store;
+  tu::MeshOptions o;
+  o.prefix = "tok";
+  o.size = 2;
+  o.listenAddress = "127.0.0.1";
+  o.timeout = 10s;
+  std::vector<std::vector<tu::Socket>> ones, zeros;
+  std::thread one([&] {
+    tu::MeshOptions mine = o;
+    mine.rank = 1;
+    ones = tu::connectMesh(store, mine);
+  });
+  std::string published = store.getString("tok/addr/1", 5s);
+  auto colon = published.rfind(':', published.find(' '));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::atoi(published.c_str() + colon + 1)));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  tu::Socket intruder(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::connect(intruder.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  tu::wire::Hello forged{tu::wire::kHelloMagic, 0, 2, 0, 1, 0, {}};
+  ASSERT_EQ(::send(intruder.fd(), &forged, sizeof forged, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof forged));
+  timeval tv{5, 0};
+  setsockopt(intruder.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char byte;
+  EXPECT_EQ(::recv(intruder.fd(), &byte, 1, 0), 0) << "the forged hello was answered instead of dropped";
+
+  tu::MeshOptions mine = o;
+  mine.rank = 0;
+  zeros = tu::connectMesh(store, mine);
+  one.join();
+  ASSERT_EQ(ones.size(), 2u);
+  ASSERT_TRUE(ones[0][0].valid());
+  ASSERT_TRUE(zeros[1][0].valid());
+  // the socket rank 1 kept is rank 0's: a byte sent by rank 0 arrives on it
+  ASSERT_EQ(::send(zeros[1][0].fd(), "x", 1, MSG_NOSIGNAL), 1);
+  ASSERT_EQ(::recv(ones[0][0].fd(), &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'x');
+}
 
 }  // namespace
 }  // namespace ringfold::test

@@ -13,7 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -173,21 +177,39 @@ void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bu
 
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x52464831;  // "RFH1"
+using wire::Ack;
+using wire::Hello;
+using wire::kHelloMagic;
+using wire::kTokenBytes;
+using Token = std::array<uint8_t, kTokenBytes>;
 
-struct Hello {
-  uint32_t magic;
-  int32_t rank;
-  int32_t size;
-  int32_t socketIndex;
-  int32_t socketsPerPeer;
-  int32_t reserved;
-};
+Token freshToken() {
+  Token t;
+  size_t got = 0;
+  while (got < t.size()) {
+    ssize_t r = ::getrandom(t.data() + got, t.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    RF_CHECK_ERRNO(r, "getrandom()");
+    got += static_cast<size_t>(r);
+  }
+  return t;
+}
 
-struct Ack {
-  uint32_t magic;
-  int32_t rank;
-};
+std::string hex(const Token& t) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : t) {
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 15]);
+  }
+  return out;
+}
+
+bool sameToken(const uint8_t* a, const Token& b) {
+  uint8_t diff = 0;  // constant time
+  for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 void setNonBlocking(int fd, bool on) {
   int flags = fcntl(fd, F_GETFL, 0);
@@ -195,14 +217,32 @@ void setNonBlocking(int fd, bool on) {
   RF_CHECK_ERRNO(fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)), "fcntl(F_SETFL)");
 }
 
-sockaddr_in parseAddress(const std::string& text, int peer) {
-  auto colon = text.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  if (colon == std::string::npos || inet_pton(AF_INET, text.substr(0, colon).c_str(), &a.sin_addr) != 1) {
-    throw IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text, "'"));
+// A peer's published "ip:port token".
+struct PeerAddress {
+  sockaddr_in address{};
+  Token token{};
+};
+
+PeerAddress parseAddress(const std::string& text, int peer) {
+  auto bad = [&] {
+    return IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text,
+                                        "' (expected 'ip:port token'; ranks of different ringfold versions?)"));
+  };
+  auto space = text.find(' ');
+  auto colon = text.rfind(':', space);
+  PeerAddress a;
+  a.address.sin_family = AF_INET;
+  if (space == std::string::npos || colon == std::string::npos ||
+      inet_pton(AF_INET, text.substr(0, colon).c_str(), &a.address.sin_addr) != 1 ||
+      text.size() != space + 1 + 2 * kTokenBytes) {
+    throw bad();
   }
-  a.sin_port = htons(static_cast<uint16_t>(std::atoi(text.c_str() + colon + 1)));
+  a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(text.c_str() + colon + 1)));
+  for (size_t i = 0; i < kTokenBytes; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(text.c_str() + space + 1 + 2 * i, "%2x", &v) != 1) throw bad();
+    a.token[i] = static_cast<uint8_t>(v);
+  }
   return a;
 }
 
@@ -226,7 +266,7 @@ long long msLeft(Clock::time_point deadline) {
 
 class Mesh {
  public:
-  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o) {
+  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o), token_(freshToken()) {
     result_.resize(o.size);
     for (int p = 0; p < o.size; ++p) {
       if (p != o.rank) result_[p].resize(o.socketsPerPeer);
@@ -273,21 +313,31 @@ class Mesh {
     socklen_t len = sizeof(a);
     RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
     std::string addr = o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
-    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr);
+    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr + " " + hex(token_));
     RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr;
   }
 
-  const sockaddr_in& addressOf(int peer) const {
+  const PeerAddress& addressOf(int peer) const {
     for (auto& [p, a] : addresses_) {
       if (p == peer) return a;
     }
     throw IoError(peer, "no address");
   }
 
+  // The token of a lower rank that connected to us (it published before connecting).
+  const Token& tokenOf(int lower) {
+    for (auto& [p, a] : addresses_) {
+      if (p == lower) return a.token;
+    }
+    std::string key = o_.prefix + "/addr/" + std::to_string(lower);
+    addresses_.emplace_back(lower, parseAddress(store_.getString(key, std::chrono::milliseconds(msLeft(deadline_))), lower));
+    return addresses_.back().second.token;
+  }
+
   void startConnect(int peer, int index) {
     Pending p(Pending::kConnecting, Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)), peer, index);
     RF_CHECK_ERRNO(p.sock.fd(), "socket()");
-    const sockaddr_in& a = addressOf(peer);
+    const sockaddr_in& a = addressOf(peer).address;
     int r = ::connect(p.sock.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof(a));
     if (r != 0 && errno != EINPROGRESS) {
       p.retryAt = Clock::now() + std::chrono::milliseconds(50);
@@ -388,7 +438,8 @@ class Mesh {
         p.retryAt = Clock::now() + std::chrono::milliseconds(50);
         return;
       }
-      Hello h{kHelloMagic, o_.rank, o_.size, p.index, o_.socketsPerPeer, 0};
+      Hello h{kHelloMagic, o_.rank, o_.size, p.index, o_.socketsPerPeer, 0, {}};
+      std::memcpy(h.token, addressOf(p.peer).token.data(), kTokenBytes);
       if (::send(p.sock.fd(), &h, sizeof(h), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(h))) {
         p.sock.reset();
         p.retryAt = Clock::now() + std::chrono::milliseconds(50);
@@ -402,9 +453,11 @@ class Mesh {
       if (!readSome(p, sizeof(Ack))) return;
       Ack a;
       std::memcpy(&a, p.buf, sizeof(a));
-      if (a.magic != kHelloMagic || a.rank != p.peer) {
+      if (a.magic != kHelloMagic || a.rank != p.peer || !sameToken(a.token, token_)) {
         throw IoError(p.peer, detail::concat("the process at rank ", p.peer, "'s address is not rank ", p.peer,
-                                             " of this job (it answered as rank ", a.rank, ")"));
+                                             " of this job (it answered as rank ", a.rank,
+                                             a.magic == kHelloMagic && a.rank == p.peer ? " without this job's token" : "",
+                                             ")"));
       }
       result_[p.peer][p.index] = std::move(p.sock);
       p.peer = -2;
@@ -429,13 +482,21 @@ class Mesh {
       p.peer = -1;
       return;
     }
+    if (!sameToken(h.token, token_)) {
+      RF_LOG(kWarning) << "dropping a connection claiming to be rank " << h.rank
+                       << " without this mesh's token (not a rank of this job)";
+      p.sock.reset();
+      p.peer = -1;
+      return;
+    }
     if (result_[h.rank][h.socketIndex].valid()) {
       RF_LOG(kWarning) << "dropping a second connection from rank " << h.rank << " socket " << h.socketIndex;
       p.sock.reset();
       p.peer = -1;
       return;
     }
-    Ack a{kHelloMagic, o_.rank};
+    Ack a{kHelloMagic, o_.rank, {}};
+    std::memcpy(a.token, tokenOf(h.rank).data(), kTokenBytes);
     if (::send(p.sock.fd(), &a, sizeof(a), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(a))) {
       p.sock.reset();
       p.peer = -1;
@@ -449,7 +510,8 @@ class Mesh {
   MeshOptions o_;
   Clock::time_point deadline_;
   Socket listener_;
-  std::vector<std::pair<int, sockaddr_in>> addresses_;
+  Token token_;
+  std::vector<std::pair<int, PeerAddress>> addresses_;
   std::vector<Pending> pending_;
   std::vector<std::vector<Socket>> result_;
 };

@@ -8,10 +8,14 @@
 // loopback address; otherwise the interface whose subnet holds the store's address, else the
 // first non-loopback interface that is up, else 127.0.0.1.
 //
-// Mesh: each rank listens on the chosen address, publishes "ip:port" under "<prefix>/addr/<rank>",
-// and the lower rank of every pair connects. Each connecting socket sends a Hello {magic, rank,
-// size, socket index, sockets per peer}; the accepting side routes it by that hello and answers
-// with its own rank, so both ends know the socket is the right one before any data flows.
+// Mesh: each rank listens on the chosen address, publishes "ip:port token" under
+// "<prefix>/addr/<rank>" (token: 16 random bytes in hex, fresh for every mesh), and the lower
+// rank of every pair connects. Each connecting socket sends a Hello {magic, rank, size, socket
+// index, sockets per peer, the acceptor's token}; the accepting side drops a hello without its
+// own token (a process that could not read the store, which only holders of the job secret can,
+// is not a rank of this job), routes it by rank and index, and answers with an Ack carrying its
+// rank and the connector's token, which the connector checks in turn. So both ends know the
+// socket is the right one, of this job, before any data flows.
 #pragma once
 
 #include <chrono>
@@ -85,6 +89,26 @@ int autoSocketsPerPeer(const std::string& listenAddress);
 // TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when bufferBytes > 0 (else kernel autotuning); keepalive
 // and TCP_USER_TIMEOUT from `timeout`, so the kernel also gives up on a vanished host.
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes);
+
+// The set-up messages on a mesh socket (host byte order: both ends run this code).
+namespace wire {
+constexpr uint32_t kHelloMagic = 0x52464832;  // "RFH2" (RFH1 had no tokens)
+constexpr size_t kTokenBytes = 16;
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t size;
+  int32_t socketIndex;
+  int32_t socketsPerPeer;
+  int32_t reserved;
+  uint8_t token[kTokenBytes];  // the accepting rank's token, read from the store
+};
+struct Ack {
+  uint32_t magic;
+  int32_t rank;
+  uint8_t token[kTokenBytes];  // the connecting rank's token, read from the store
+};
+}  // namespace wire
 
 struct MeshOptions {
   std::string prefix;
