@@ -3,6 +3,7 @@
 #   tests/python/run.sh NP [pytest args...]
 #   tests/python/run.sh plain      the numpy-only tests in a venv without any framework
 #   tests/python/run.sh torchrun   two ranks started by torchrun instead of ringfoldrun
+#   tests/python/run.sh peer-death a rank dies: the others get HorovodInternalError in time
 # Needs scripts/python_package.sh to have installed the wheel into ${BUILD_DIR:-build}/python-site
 # (scripts/test.sh does). A collective that stalls fails after 20 s instead of hanging.
 set -euo pipefail
@@ -21,6 +22,9 @@ if [[ "$np" == plain ]]; then
     "$here/test_plain_numpy.py" "$@"
 fi
 venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-test.txt")
+if [[ "$np" == peer-death ]]; then
+  RINGFOLD_TIMEOUT=5 exec "$site/bin/ringfoldrun" -np 3 "$venv/bin/python" "$here/peer_death.py" "$@"
+fi
 if [[ "$np" == torchrun ]]; then
   exec "$venv/bin/torchrun" --standalone --nproc_per_node 2 -m pytest -q -p no:cacheprovider \
     "$here/test_plain_numpy.py" "$here/test_torch_training.py" "$@"
