@@ -26,7 +26,24 @@ if [[ "$np" == peer-death ]]; then
   RINGFOLD_TIMEOUT=5 exec "$site/bin/ringfoldrun" -np 3 "$venv/bin/python" "$here/peer_death.py" "$@"
 fi
 if [[ "$np" == torchrun ]]; then
-  exec "$venv/bin/torchrun" --standalone --nproc_per_node 2 -m pytest -q -p no:cacheprovider \
+  # torchrun's store takes MASTER_PORT and ringfold's MASTER_PORT + 1: pick a pair that is free
+  # and below the ephemeral range, so parallel tests' outgoing connections cannot hold it.
+  port=$("$venv/bin/python" - <<'PY'
+import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 30000, 2)
+    try:
+        for q in (p, p + 1):
+            with socket.socket() as s:
+                s.bind(('127.0.0.1', q))
+        print(p)
+        break
+    except OSError:
+        pass
+PY
+)
+  exec "$venv/bin/torchrun" --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" \
+    -m pytest -q -p no:cacheprovider \
     "$here/test_plain_numpy.py" "$here/test_torch_training.py" "$@"
 fi
 exec "$site/bin/ringfoldrun" -np "$np" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$here" "$@"
