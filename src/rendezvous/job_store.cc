@@ -5,7 +5,45 @@
 #include "common/params.h"
 #include "rendezvous/hash_store.h"
 
+#include <mutex>
+#include <string>
+
 namespace ringfold::rendezvous {
+
+namespace {
+
+// The store this process hosts, kept for the process's lifetime (see job_store.h).
+struct Hosted {
+  std::mutex mu;
+  std::shared_ptr<TcpStoreServer> server;
+  int port = 0;
+  std::string secret;
+};
+
+Hosted& hosted() {
+  static Hosted* h = new Hosted;  // never destroyed: the OS closes the socket at exit, and no
+  return *h;                      // static destructor can race a late shutdown's store use
+}
+
+std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
+  Hosted& h = hosted();
+  std::lock_guard<std::mutex> lock(h.mu);
+  if (h.server && h.port == info.storePort && h.secret == info.secret) return h.server;
+  h.server.reset();  // another port or secret: free the old port first
+  try {
+    h.server = std::make_shared<TcpStoreServer>("", info.storePort, info.secret);
+  } catch (const Error& e) {
+    RF_THROW(Error, "rank 0 cannot host the rendezvous store on port ", info.storePort, " (",
+             e.what(), "); choose a free port with ", params::kStorePort.name);
+  }
+  h.port = info.storePort;
+  h.secret = info.secret;
+  RF_LOG(kInfo) << "hosting the rendezvous store on port " << info.storePort << " for "
+                << info.size << " ranks (" << info.source << ")";
+  return h.server;
+}
+
+}  // namespace
 
 JobStore openJobStore(const BootstrapInfo& info) {
   return openJobStore(info, params::kStartTimeout.asSeconds());
@@ -22,14 +60,7 @@ JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds conne
   RF_ENFORCE(!info.secret.empty(), "no rendezvous store secret (set ", params::kSecret.name, ")");
   std::string host = info.storeAddr;
   if (info.hostStore) {
-    try {
-      job.server = std::make_unique<TcpStoreServer>("", info.storePort, info.secret);
-    } catch (const Error& e) {
-      RF_THROW(Error, "rank 0 cannot host the rendezvous store on port ", info.storePort, " (",
-               e.what(), "); choose a free port with ", params::kStorePort.name);
-    }
-    RF_LOG(kInfo) << "hosting the rendezvous store on port " << info.storePort << " for "
-                  << info.size << " ranks (" << info.source << ")";
+    job.server = hostedServer(info);
     host = "127.0.0.1";
   }
   RF_ENFORCE(!host.empty(), "no rendezvous store address for ", info.size, " ranks (set ",

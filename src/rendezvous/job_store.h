@@ -6,7 +6,11 @@
 //
 // * size 1: an in-memory HashStore, no network.
 // * info.hostStore (rank 0 under torchrun/horovodrun/mpirun/srun): starts a TcpStoreServer on
-//   all interfaces at info.storePort, then connects to it over 127.0.0.1.
+//   all interfaces at info.storePort, then connects to it over 127.0.0.1. The server lives as
+//   long as the process (or until a later openJobStore hosts one on another port or with
+//   another secret): a re-init (shutdown, then init) reuses it, so the other ranks, which may
+//   re-init first, never reach a store that is about to close. Each incarnation keeps to its
+//   own keys, as under ringfoldrun, whose store outlives every incarnation too.
 // * every other rank: a TcpStore to info.storeAddr:info.storePort, retrying until
 //   `connectTimeout` (RINGFOLD_START_TIMEOUT by default) while rank 0 is still starting.
 // Members are destroyed store first, then server (declaration order reversed).
@@ -22,7 +26,7 @@
 namespace ringfold::rendezvous {
 
 struct JobStore {
-  std::unique_ptr<TcpStoreServer> server;  // set only on the rank that hosts the store
+  std::shared_ptr<TcpStoreServer> server;  // set only on the rank that hosts the store
   std::unique_ptr<Store> store;
 };
 
