@@ -36,14 +36,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from launcher import ROOT, find_launcher  # noqa: E402  (bench/python/launcher.py)
 MODELS = {'digits': [64, 128, 64, 10], 'mlp10m': [1024, 2048, 2048, 2048, 10]}
 
 
@@ -129,17 +128,6 @@ def worker(args):
 
 
 # ---- driver ---------------------------------------------------------------------------------
-
-def find_launcher(path):
-    if path:
-        return path
-    built = os.path.join(ROOT, 'build', 'ringfoldrun')
-    if os.path.isfile(built):
-        return built
-    found = shutil.which('ringfoldrun')
-    if not found:
-        sys.exit('ringfoldrun not found: pass --ringfoldrun')
-    return found
 
 
 def free_port():

@@ -40,13 +40,12 @@ import ctypes
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from launcher import ROOT, find_launcher  # noqa: E402  (bench/python/launcher.py)
 BLOCKS = ('hvd', 'ctypes', 'hvd-noname', 'ctypes-noname', 'hvd-split', 'ctypes-split')
 
 
@@ -275,17 +274,6 @@ def worker(args):
 
 
 # ---- driver ---------------------------------------------------------------------------------
-
-def find_launcher(path):
-    if path:
-        return path
-    built = os.path.join(ROOT, 'build', 'ringfoldrun')
-    if os.path.isfile(built):
-        return built
-    found = shutil.which('ringfoldrun')
-    if not found:
-        sys.exit('ringfoldrun not found: pass --ringfoldrun')
-    return found
 
 
 def launch(launcher, np, env, cmd, timeout=600):
