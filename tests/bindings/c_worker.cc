@@ -470,9 +470,15 @@ void shutdownOne() {
     horovod_shutdown();
     CHECK_EQ(horovod_is_initialized(), 0);
   } else {
-    const int64_t h = allreduce(&v, &v, RINGFOLD_FLOAT32, {}, "never", RINGFOLD_OP_SUM);
-    std::string why;
-    CHECK_EQ(finish(h, &why), RINGFOLD_PRECONDITION_ERROR);
+    // Rank 1's shutdown reaches this engine at its next cycle, which may come before this
+    // enqueue (refused at once) or after it (the handle completes with the error): the C ABI
+    // allows both, with the same code and message.
+    int64_t h = -1;
+    int rc = ringfold_allreduce_async(&v, &v, RINGFOLD_FLOAT32, nullptr, 0, "never", RINGFOLD_OP_SUM, 1, 1, 0,
+                                      RINGFOLD_CPU_DEVICE, &h);
+    std::string why = err();
+    if (rc == RINGFOLD_OK) rc = finish(h, &why);
+    CHECK_EQ(rc, RINGFOLD_PRECONDITION_ERROR);
     CHECK(contains(why, "shut down"), why);
     int64_t h2;
     const int64_t s1[1] = {1};
