@@ -13,11 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <sys/random.h>
-
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -26,6 +22,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "rendezvous/secret.h"
 #include "rendezvous/store.h"
 
 namespace ringfold::transport::tcp_uring {
@@ -181,33 +178,11 @@ using wire::Ack;
 using wire::Hello;
 using wire::kHelloMagic;
 using wire::kTokenBytes;
-using Token = std::array<uint8_t, kTokenBytes>;
 
-Token freshToken() {
-  Token t;
-  size_t got = 0;
-  while (got < t.size()) {
-    ssize_t r = ::getrandom(t.data() + got, t.size() - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    RF_CHECK_ERRNO(r, "getrandom()");
-    got += static_cast<size_t>(r);
-  }
-  return t;
-}
-
-std::string hex(const Token& t) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : t) {
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 15]);
-  }
-  return out;
-}
-
-bool sameToken(const uint8_t* a, const Token& b) {
-  uint8_t diff = 0;  // constant time
-  for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
+// Tokens are rendezvous::generateSecret() strings: kTokenBytes hex characters, sent as they are.
+bool sameToken(const char* a, const std::string& b) {
+  unsigned char diff = 0;  // constant time
+  for (size_t i = 0; i < kTokenBytes; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
 
@@ -220,29 +195,22 @@ void setNonBlocking(int fd, bool on) {
 // A peer's published "ip:port token".
 struct PeerAddress {
   sockaddr_in address{};
-  Token token{};
+  std::string token;
 };
 
 PeerAddress parseAddress(const std::string& text, int peer) {
-  auto bad = [&] {
-    return IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text,
-                                        "' (expected 'ip:port token'; ranks of different ringfold versions?)"));
-  };
   auto space = text.find(' ');
   auto colon = text.rfind(':', space);
   PeerAddress a;
   a.address.sin_family = AF_INET;
   if (space == std::string::npos || colon == std::string::npos ||
       inet_pton(AF_INET, text.substr(0, colon).c_str(), &a.address.sin_addr) != 1 ||
-      text.size() != space + 1 + 2 * kTokenBytes) {
-    throw bad();
+      text.size() != space + 1 + kTokenBytes) {
+    throw IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text,
+                                       "' (expected 'ip:port token'; ranks of different ringfold versions?)"));
   }
   a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(text.c_str() + colon + 1)));
-  for (size_t i = 0; i < kTokenBytes; ++i) {
-    unsigned v = 0;
-    if (std::sscanf(text.c_str() + space + 1 + 2 * i, "%2x", &v) != 1) throw bad();
-    a.token[i] = static_cast<uint8_t>(v);
-  }
+  a.token = text.substr(space + 1);
   return a;
 }
 
@@ -266,7 +234,8 @@ long long msLeft(Clock::time_point deadline) {
 
 class Mesh {
  public:
-  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o), token_(freshToken()) {
+  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o), token_(rendezvous::generateSecret()) {
+    RF_ENFORCE_EQ(token_.size(), kTokenBytes, "mesh token length");
     result_.resize(o.size);
     for (int p = 0; p < o.size; ++p) {
       if (p != o.rank) result_[p].resize(o.socketsPerPeer);
@@ -313,7 +282,7 @@ class Mesh {
     socklen_t len = sizeof(a);
     RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
     std::string addr = o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
-    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr + " " + hex(token_));
+    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr + " " + token_);
     RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr;
   }
 
@@ -325,7 +294,7 @@ class Mesh {
   }
 
   // The token of a lower rank that connected to us (it published before connecting).
-  const Token& tokenOf(int lower) {
+  const std::string& tokenOf(int lower) {
     for (auto& [p, a] : addresses_) {
       if (p == lower) return a.token;
     }
@@ -510,7 +479,7 @@ class Mesh {
   MeshOptions o_;
   Clock::time_point deadline_;
   Socket listener_;
-  Token token_;
+  std::string token_;
   std::vector<std::pair<int, PeerAddress>> addresses_;
   std::vector<Pending> pending_;
   std::vector<std::vector<Socket>> result_;

@@ -9,7 +9,7 @@
 // first non-loopback interface that is up, else 127.0.0.1.
 //
 // Mesh: each rank listens on the chosen address, publishes "ip:port token" under
-// "<prefix>/addr/<rank>" (token: 16 random bytes in hex, fresh for every mesh), and the lower
+// "<prefix>/addr/<rank>" (token: a fresh rendezvous::generateSecret() per mesh), and the lower
 // rank of every pair connects. Each connecting socket sends a Hello {magic, rank, size, socket
 // index, sockets per peer, the acceptor's token}; the accepting side drops a hello without its
 // own token (a process that could not read the store, which only holders of the job secret can,
@@ -93,7 +93,7 @@ void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bu
 // The set-up messages on a mesh socket (host byte order: both ends run this code).
 namespace wire {
 constexpr uint32_t kHelloMagic = 0x52464832;  // "RFH2" (RFH1 had no tokens)
-constexpr size_t kTokenBytes = 16;
+constexpr size_t kTokenBytes = 64;  // rendezvous::generateSecret()'s length: 32 random bytes in hex
 struct Hello {
   uint32_t magic;
   int32_t rank;
@@ -101,12 +101,12 @@ struct Hello {
   int32_t socketIndex;
   int32_t socketsPerPeer;
   int32_t reserved;
-  uint8_t token[kTokenBytes];  // the accepting rank's token, read from the store
+  char token[kTokenBytes];  // the accepting rank's token, read from the store
 };
 struct Ack {
   uint32_t magic;
   int32_t rank;
-  uint8_t token[kTokenBytes];  // the connecting rank's token, read from the store
+  char token[kTokenBytes];  // the connecting rank's token, read from the store
 };
 }  // namespace wire
 
