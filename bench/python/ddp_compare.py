@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 
-from launcher import ROOT, find_launcher  # noqa: E402  (bench/python/launcher.py)
+from launcher import find_launcher  # noqa: E402  (bench/python/launcher.py)
 MODELS = {'digits': [64, 128, 64, 10], 'mlp10m': [1024, 2048, 2048, 2048, 10]}
 
 

@@ -24,24 +24,46 @@ _OP_PREFIX = {
 }
 
 _pending = {}            # handle -> (keep, finish)
-_shape_types = {}        # ndim -> ctypes array type
 _WAIT_SLICE_SECONDS = 1.0
+
+# Shapes and names repeat every training step: their C forms are built once. The arrays are
+# only read by the library, so one array may serve many calls at once.
+_shape_arrays = {}       # shape tuple -> ctypes int64 array
+_wire_names = {}         # (op type, name) -> encoded "<op>.<name>"
+_CACHE_LIMIT = 4096
+
+
+def _cached(cache, key, make):
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        value = cache[key] = make()
+    return value
+
+
+def _shape_array(shape):
+    shape = tuple(shape)
+    return _cached(_shape_arrays, shape, lambda: (ctypes.c_int64 * max(len(shape), 1))(*shape))
+
+
+def _wire_name(op_type, name):
+    """Horovod's "<op>.<name>", encoded; None (auto-named by the engine) for no name."""
+    if name is None:
+        return None
+    return _cached(_wire_names, (op_type, name), lambda: (_OP_PREFIX.get(op_type, '') + str(name)).encode())
 
 
 def tensor(ptr, dtype, shape, device=_lib.CPU_DEVICE, stream=None):
     """A ringfold_tensor_t over existing memory (shape: a sequence of ints)."""
-    ndim = len(shape)
     t = _lib.Tensor()
     t.data = ptr
     t.dtype = dtype
-    t.ndim = ndim
+    t.ndim = len(shape)
     t.device = device
     t.stream = stream
-    if ndim:
-        array_type = _shape_types.get(ndim)
-        if array_type is None:
-            array_type = _shape_types[ndim] = ctypes.c_int64 * ndim
-        t.shape = array_type(*shape)   # ctypes keeps the array alive with the struct
+    if len(shape):
+        t.shape = _shape_array(shape)
     return t
 
 
@@ -49,8 +71,7 @@ def enqueue(op_type, inp, out, keep, finish, name=None, reduce_op=0, prescale=1.
             root=0, splits=None, process_set=0):
     op = _lib.Op()
     op.type = op_type
-    if name is not None:
-        op.name = (_OP_PREFIX.get(op_type, '') + str(name)).encode()
+    op.name = _wire_name(op_type, name)
     op.reduce_op = reduce_op
     op.prescale = prescale
     op.postscale = postscale
@@ -68,31 +89,14 @@ def enqueue(op_type, inp, out, keep, finish, name=None, reduce_op=0, prescale=1.
     return handle.value
 
 
-_shape_cache = {}          # shape tuple -> ctypes int64 array (shapes repeat every step)
-_name_cache = {}           # (prefix, name) -> encoded bytes
-_CACHE_LIMIT = 4096
-
-
-def _cached(cache, key, make):
-    value = cache.get(key)
-    if value is None:
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        value = cache[key] = make()
-    return value
-
-
 def enqueue_allreduce(in_ptr, out_ptr, dtype, shape, keep, finish, name, reduce_op, prescale,
                       postscale, process_set):
     """enqueue() for one allreduce of host memory through the flat C entry point
     (ringfold_allreduce_async): no structs to build, shapes and names cached. This is the
     per-gradient path, where Python's cost per call matters."""
-    shape = tuple(shape)
-    c_shape = _cached(_shape_cache, shape, lambda: (ctypes.c_int64 * max(len(shape), 1))(*shape))
-    c_name = None if name is None else _cached(_name_cache, name,
-                                               lambda: ('allreduce.' + str(name)).encode())
     handle = ctypes.c_int64()
-    _lib.check(_lib.lib().ringfold_allreduce_async(in_ptr, out_ptr, dtype, c_shape, len(shape), c_name,
+    _lib.check(_lib.lib().ringfold_allreduce_async(in_ptr, out_ptr, dtype, _shape_array(shape), len(shape),
+                                                   _wire_name(_lib.ALLREDUCE, name),
                                                    reduce_op, prescale, postscale, process_set,
                                                    _lib.CPU_DEVICE, ctypes.byref(handle)))
     _pending[handle.value] = (keep, finish)
@@ -107,12 +111,11 @@ def enqueue_grouped_allreduce(inputs, outputs, keep, finishes, names, reduce_op,
     if count == 0:
         return []
     void_array = ctypes.c_void_p * count
-    shapes = [(ctypes.c_int64 * max(len(s), 1))(*s) for _, _, s in inputs]
+    shapes = [_shape_array(s) for _, _, s in inputs]
     handles = (ctypes.c_int64 * count)()
     c_names = None
     if names is not None:
-        c_names = (ctypes.c_char_p * count)(*[None if n is None else ('allreduce.' + str(n)).encode()
-                                              for n in names])
+        c_names = (ctypes.c_char_p * count)(*[_wire_name(_lib.ALLREDUCE, n) for n in names])
     status = _lib.lib().ringfold_grouped_allreduce_async(
         count, void_array(*[p for p, _, _ in inputs]), void_array(*[p for p, _, _ in outputs]),
         (ctypes.c_int * count)(*[d for _, d, _ in inputs]),

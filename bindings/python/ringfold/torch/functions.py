@@ -31,9 +31,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, collections.abc.Iterable):
-        items = []
-        for i, p in enumerate(params):
-            items.append(p if isinstance(p, tuple) else (None, p))
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError('broadcast_parameters: invalid params of type %s' % type(params).__name__)
     handles = []

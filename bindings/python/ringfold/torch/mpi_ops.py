@@ -129,8 +129,7 @@ def _allreduce_async(tensor, output, finish, name, op, prescale_factor, postscal
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    if op is None or average is not None:
-        op = _average_op(op, average)
+    op = _average_op(op, average)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, lambda h: output, name, op, prescale_factor,
                             postscale_factor, process_set)
@@ -138,8 +137,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    if op is None or average is not None:
-        op = _average_op(op, average)
+    op = _average_op(op, average)
     buffer, finish = _contiguous_target(tensor)
     return _allreduce_async(buffer, buffer, finish, name, op, prescale_factor, postscale_factor,
                             process_set)

@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from ringfold.basics import Average, Adasum, size
+from ringfold.basics import Average, Adasum
 from ringfold.process_sets import global_process_set
 from ringfold.torch import mpi_ops
 from ringfold.torch.compression import Compression

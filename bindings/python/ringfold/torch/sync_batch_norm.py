@@ -13,7 +13,6 @@ Contract
     plain batch norm.
 """
 import torch
-import torch.nn.functional as F
 
 from ringfold.basics import Sum
 from ringfold.process_sets import global_process_set
