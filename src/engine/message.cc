@@ -137,6 +137,28 @@ E checkedEnum(uint8_t raw, int limit, const char* what) {
   return static_cast<E>(raw);
 }
 
+// The attributes the ranks must agree on (dtype, reduce op, root, device, scale factors), in the
+// same order in requests and responses.
+template <typename Message>
+void putAttributes(Writer& w, const Message& r) {
+  w.put(static_cast<uint8_t>(r.dtype));
+  w.put(static_cast<uint8_t>(r.reduceOp));
+  w.put(r.root);
+  w.put(r.device);
+  w.put(r.preScale);
+  w.put(r.postScale);
+}
+
+template <typename Message>
+void getAttributes(Reader& rd, Message& r) {
+  r.dtype = checkedEnum<DataType>(rd.get<uint8_t>(), kNumDataTypes, "dtype");
+  r.reduceOp = checkedEnum<ReduceOp>(rd.get<uint8_t>(), kNumReduceOps, "reduce op");
+  r.root = rd.get<int32_t>();
+  r.device = rd.get<int32_t>();
+  r.preScale = rd.get<double>();
+  r.postScale = rd.get<double>();
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const RequestList& list) {
@@ -146,12 +168,7 @@ std::vector<uint8_t> encode(const RequestList& list) {
   for (const Request& r : list.requests) {
     w.put(r.rank);
     w.put(static_cast<uint8_t>(r.op));
-    w.put(static_cast<uint8_t>(r.dtype));
-    w.put(static_cast<uint8_t>(r.reduceOp));
-    w.put(r.root);
-    w.put(r.device);
-    w.put(r.preScale);
-    w.put(r.postScale);
+    putAttributes(w, r);
     w.putString(r.name);
     w.putInts(r.shape);
     w.putInts(r.splits);
@@ -170,12 +187,7 @@ RequestList decodeRequests(const uint8_t* data, size_t size) {
   for (Request& r : list.requests) {
     r.rank = rd.get<int32_t>();
     r.op = static_cast<OpType>(rd.get<uint8_t>());
-    r.dtype = checkedEnum<DataType>(rd.get<uint8_t>(), kNumDataTypes, "dtype");
-    r.reduceOp = checkedEnum<ReduceOp>(rd.get<uint8_t>(), kNumReduceOps, "reduce op");
-    r.root = rd.get<int32_t>();
-    r.device = rd.get<int32_t>();
-    r.preScale = rd.get<double>();
-    r.postScale = rd.get<double>();
+    getAttributes(rd, r);
     r.name = rd.getString(kMaxNameBytes);
     r.shape = rd.getInts();
     r.splits = rd.getInts();
@@ -195,12 +207,7 @@ std::vector<uint8_t> encode(const ResponseList& list) {
     w.put<uint8_t>(r.error ? 1 : 0);
     w.putString(r.errorMessage);
     w.putString(r.name);
-    w.put(static_cast<uint8_t>(r.dtype));
-    w.put(static_cast<uint8_t>(r.reduceOp));
-    w.put(r.root);
-    w.put(r.device);
-    w.put(r.preScale);
-    w.put(r.postScale);
+    putAttributes(w, r);
     w.put(r.elements);
     w.putInts(r.firstDims);
     w.putInts(r.shape);
@@ -221,12 +228,7 @@ ResponseList decodeResponses(const uint8_t* data, size_t size) {
     r.error = rd.get<uint8_t>() != 0;
     r.errorMessage = rd.getString(1 << 20);
     r.name = rd.getString(kMaxNameBytes);
-    r.dtype = checkedEnum<DataType>(rd.get<uint8_t>(), kNumDataTypes, "dtype");
-    r.reduceOp = checkedEnum<ReduceOp>(rd.get<uint8_t>(), kNumReduceOps, "reduce op");
-    r.root = rd.get<int32_t>();
-    r.device = rd.get<int32_t>();
-    r.preScale = rd.get<double>();
-    r.postScale = rd.get<double>();
+    getAttributes(rd, r);
     r.elements = rd.get<int64_t>();
     r.firstDims = rd.getInts();
     r.shape = rd.getInts();
