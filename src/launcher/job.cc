@@ -131,7 +131,7 @@ bool Job::startRanks(const std::string& program, const std::string& ssh,
     RankProcess p;
     try {
       if (r.slot.local) {
-        p = spawnRank(r.slot.rank, program, options_.command, starts[i].env);
+        p = spawnRank(r.slot.rank, program, options_.command, starts[i].env, false, starts[i].cpus);
       } else {
         p = startRemoteRank(r.slot.rank, ssh, starts[i].sshArgv, currentEnvironment(), starts[i].script);
       }
@@ -150,7 +150,8 @@ bool Job::startRanks(const std::string& program, const std::string& ssh,
     outputs.push_back({p.stderrFd, STDERR_FILENO, tag + "<stderr>:"});
     if (!r.slot.local) outputs[r.stdoutSource].handshake = startedMarker(nonce_);
     verbose("started rank " + std::to_string(r.slot.rank) + " (pid " + std::to_string(r.pid) +
-            ") on " + r.slot.host + (r.slot.local ? "" : " via ssh"));
+            ") on " + r.slot.host + (r.slot.local ? "" : " via ssh") +
+            (starts[i].cpus.empty() ? "" : ", CPUs " + cpuListText(starts[i].cpus)));
   }
   return true;
 }
@@ -373,10 +374,13 @@ int Job::run() {
                           startTimeoutSeconds_};
   std::string cwd = std::filesystem::current_path().string();
   std::vector<Start> starts;
+  const std::vector<Core> cores =
+      options_.bindTo == BindPolicy::kCore ? machineCores(allowedCpus()) : std::vector<Core>{};
   for (const auto& slot : layout) {
     Start s;
     if (slot.local) {
       s.env = buildRankEnvironment(base, options_, slot, endpoint);
+      s.cpus = cpusForRank(cores, slot.localRank, slot.localSize);
     } else {
       s.sshArgv = sshArgv(ssh, sshSettings, slot.host, nonce_);
       s.script = remoteScript({buildRemoteEnvironment(base, options_, slot, endpoint), cwd,

@@ -60,6 +60,7 @@ const std::vector<OptionSpec>& optionSpecs() {
       {{"--ssh-option"}, true},
       {{"--network-interface", "--network-interfaces"}, true},
       {{"--output-filename"}, true},
+      {{"--bind-to"}, true},
       {{"--verbose"}, false},
       {{"-cb", "--check-build"}, false},
       {{"-h", "--help"}, false},
@@ -175,6 +176,14 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
     } else if (canonical == "--output-filename") {
       if (value.empty()) usageError("--output-filename expects a directory");
       opt.outputDir = value;
+    } else if (canonical == "--bind-to") {
+      if (value == "core") {
+        opt.bindTo = BindPolicy::kCore;
+      } else if (value == "none") {
+        opt.bindTo = BindPolicy::kNone;
+      } else {
+        usageError("--bind-to expects core or none, got '" + value + "'");
+      }
     } else if (canonical == "--start-timeout") {
       opt.startTimeoutSeconds = parseSeconds(value, "--start-timeout");
     } else if (canonical == "--grace-period") {
@@ -245,6 +254,9 @@ run:
   --grace-period S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)
   -x VAR[=value]        export VAR to the ranks (with a value: set it), may repeat
   --output-filename DIR also write each rank's output to DIR/rank.N/stdout and stderr
+  --bind-to core|none   core (default): each rank on this machine runs on its own share of
+                        the cores the launcher may use (1 of 4 ranks on 16 cores: 4 cores;
+                        more ranks than cores: one core each, round robin); none: unbound
   --verbose             print what the launcher does, and how long start-up took
   -cb, --check-build    show which transports, reducers and bindings this build has
   -h, --help            show this help and exit

@@ -3,7 +3,8 @@
 //
 //   ringfoldrun -np N [-H host:slots,... | --hostfile FILE] [--ssh-port P]
 //               [--ssh-identity-file F] [--ssh-option OPT]... [--network-interface IFACES]
-//               [--start-timeout S] [--grace-period S] [--output-filename DIR] [--verbose]
+//               [--start-timeout S] [--grace-period S] [--output-filename DIR]
+//               [--bind-to core|none] [--verbose]
 //               [-x VAR[=value]]... command [args...]
 //   ringfoldrun --check-build | --help | --version
 //
@@ -16,14 +17,15 @@
 //   * Bad input throws UsageError whose message names the offending argument: a missing, zero,
 //     negative or non-numeric -np; -np above the slots -H/--hostfile give; -H together with
 //     --hostfile; an unknown option; an option missing its value; a malformed host entry or one
-//     listed twice (hostfile errors name FILE:LINE, see host_list.h); a bad --ssh-port; no
-//     command. ringfoldrun prints it and exits with kUsageExitCode.
+//     listed twice (hostfile errors name FILE:LINE, see host_list.h); a bad --ssh-port or
+//     --bind-to; no command. ringfoldrun prints it and exits with kUsageExitCode.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/cpu_binding.h"
 #include "launcher/host_list.h"
 #include "launcher/usage_error.h"
 
@@ -52,6 +54,7 @@ struct LaunchOptions {
   // get RINGFOLD_SOCKET_IFNAME="=<list>". Empty: chosen from the route to the first remote host.
   std::string networkInterfaces;
   std::string outputDir;  // --output-filename: DIR/rank.N/{stdout,stderr} besides the terminal
+  BindPolicy bindTo = BindPolicy::kCore;  // --bind-to: CPUs of the local ranks (cpu_binding.h)
   bool checkBuild = false;
   bool help = false;
   bool version = false;

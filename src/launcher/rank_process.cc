@@ -1,6 +1,7 @@
 #include "launcher/rank_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "launcher/cpu_binding.h"
 #include "launcher/rank_environment.h"
 
 namespace ringfold::launcher {
@@ -22,7 +24,7 @@ bool isExecutableFile(const std::string& path) {
 }
 
 // Child side, after fork: async-signal-safe calls only. Never returns.
-[[noreturn]] void execChild(pid_t parent, int inR, int outW, int errW, int statusW,
+[[noreturn]] void execChild(pid_t parent, int inR, int outW, int errW, int statusW, const cpu_set_t* cpus,
                             const char* program, char* const* argv, char* const* envp) {
   auto fail = [statusW](int err) {
     // The parent reads errno from the status pipe; its write end closes on a successful exec.
@@ -48,6 +50,7 @@ bool isExecutableFile(const std::string& path) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (cpus != nullptr) sched_setaffinity(0, sizeof(cpu_set_t), cpus);  // advice: a refusal is no failure
 
   execve(program, argv, envp);
   fail(errno);
@@ -85,7 +88,7 @@ std::optional<std::string> resolveProgram(const std::string& name,
 }
 
 RankProcess spawnRank(int rank, const std::string& program, const std::vector<std::string>& argv,
-                      const std::vector<std::string>& env, bool stdinPipe) {
+                      const std::vector<std::string>& env, bool stdinPipe, const std::vector<int>& cpus) {
   int inPipe[2] = {-1, -1};
   if (stdinPipe) RF_CHECK_ERRNO(pipe2(inPipe, O_CLOEXEC), "stdin pipe for rank ", rank);
   auto closeIn = [&] {
@@ -118,12 +121,13 @@ RankProcess spawnRank(int rank, const std::string& program, const std::vector<st
   // Everything the child touches is prepared before fork (no allocation after it).
   std::vector<char*> cArgv = cStrings(argv);
   std::vector<char*> cEnv = cStrings(env);
+  const cpu_set_t cpuSet = cpuSetOf(cpus);
   const pid_t parent = getpid();
 
   pid_t pid = fork();
   if (pid == 0) {
-    execChild(parent, inPipe[0], outPipe[1], errPipe[1], statusPipe[1], program.c_str(),
-              cArgv.data(), cEnv.data());
+    execChild(parent, inPipe[0], outPipe[1], errPipe[1], statusPipe[1], cpus.empty() ? nullptr : &cpuSet,
+              program.c_str(), cArgv.data(), cEnv.data());
   }
   int forkErrno = errno;
   close(outPipe[1]);

@@ -6,8 +6,10 @@
 //     thread that forked it dies (PR_SET_PDEATHSIG; it exits at once if the launcher is already
 //     gone), gets /dev/null as stdin (ranks run in background groups, so a terminal read would
 //     stop them) or, with stdinPipe, a pipe whose write end the caller gets (the ssh client of
-//     a remote rank), stdout/stderr on pipes, the default signal mask and dispositions, and execs
-//     `program` with `argv` and `env`. Nothing but async-signal-safe calls run in the child.
+//     a remote rank), stdout/stderr on pipes, the default signal mask and dispositions, the CPUs
+//     `cpus` lists when it is not empty (sched_setaffinity; a refusal leaves the rank unbound,
+//     see cpu_binding.h), and execs `program` with `argv` and `env`. Nothing but
+//     async-signal-safe calls run in the child.
 //   * An exec failure is reported to the parent through a close-on-exec pipe, so spawnRank()
 //     throws SpawnError("cannot execute 'x': No such file or directory") instead of returning a
 //     rank that died with 127.
@@ -45,7 +47,8 @@ struct RankProcess {
 std::optional<std::string> resolveProgram(const std::string& name, const std::vector<std::string>& env);
 
 RankProcess spawnRank(int rank, const std::string& program, const std::vector<std::string>& argv,
-                      const std::vector<std::string>& env, bool stdinPipe = false);
+                      const std::vector<std::string>& env, bool stdinPipe = false,
+                      const std::vector<int>& cpus = {});
 
 // Signals the process group `pgid`; ESRCH (group gone) is not an error. Returns true if sent.
 bool signalGroup(pid_t pgid, int sig);

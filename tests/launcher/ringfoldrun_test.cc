@@ -231,6 +231,49 @@ TEST(Ringfoldrun, AllRanksSucceedingExitsZeroAndLeavesNoBackgroundChildren) {
   EXPECT_TRUE(waitUntilDead(pids, 2s).empty());
 }
 
+// Each rank's "Cpus_allowed_list" (from /proc), by rank.
+std::map<int, std::string> allowedCpuLists(const Finished& f) {
+  std::map<int, std::string> lists;
+  const std::regex line(R"(\[(\d+)\]<stdout>:Cpus_allowed_list:\s*(\S+))");
+  for (const auto& l : splitLines(f.out)) {
+    std::smatch m;
+    if (std::regex_match(l, m, line)) lists[std::stoi(m[1])] = m[2];
+  }
+  return lists;
+}
+
+TEST(Ringfoldrun, BindsLocalRanksToTheirShareOfTheCores) {
+  const Args show = {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
+  // With --bind-to none every rank keeps the launcher's CPUs (this test's own).
+  Args unbound = {"-np", "2", "--bind-to", "none"};
+  unbound.insert(unbound.end(), show.begin(), show.end());
+  Finished f = run(launcher(unbound), 20s);
+  ASSERT_EQ(f.exitCode, 0) << f.err;
+  Finished self = run({"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"}, 10s);
+  const std::string mine = self.out.substr(self.out.find_first_of("0123456789"));
+  auto lists = allowedCpuLists(f);
+  ASSERT_EQ(lists.size(), 2u) << f.out;
+  for (auto& [rank, list] : lists) EXPECT_EQ(list + "\n", mine) << rank;
+
+  // By default, ranks 0 and 1 of 2 get disjoint CPU sets when there are 2 CPUs or more, and
+  // rank 2 of 3 on a 2-CPU machine shares rank 0's.
+  Args bound = {"-np", "3", "--verbose"};
+  bound.insert(bound.end(), show.begin(), show.end());
+  f = run(launcher(bound), 20s);
+  ASSERT_EQ(f.exitCode, 0) << f.err;
+  lists = allowedCpuLists(f);
+  ASSERT_EQ(lists.size(), 3u) << f.out;
+  EXPECT_TRUE(contains(f.err, "started rank 0 (pid ")) << f.err;
+  EXPECT_TRUE(contains(f.err, ", CPUs " + lists[0])) << f.err;
+  if (mine == "0-1\n") {
+    EXPECT_EQ(lists[0], "0");
+    EXPECT_EQ(lists[1], "1");
+    EXPECT_EQ(lists[2], "0");
+  } else if (mine != "0\n") {
+    EXPECT_NE(lists[0], lists[1]);
+  }
+}
+
 TEST(Ringfoldrun, RanksRendezvousThroughTheStoreItHosts) {
   Finished f = run(launcher({"-np", "3", STORE_CLIENT_PATH}), 30s, {"RINGFOLD_TIMEOUT=10"});
   ASSERT_FALSE(f.timedOut) << f.err;
