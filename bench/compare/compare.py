@@ -176,13 +176,20 @@ class Systems:
         self.ringfoldrun = os.path.join(b, "ringfoldrun")
         self.bench = os.path.join(b, "bench")
         self.names = []
+        self.binds = [x for x in args.bind.split(",") if x]
+        for x in self.binds:
+            if x not in ("core", "none"):
+                sys.exit(f"--bind: '{x}' is not core or none")
         if os.access(os.path.join(self.bench, "all_reduce_perf"), os.X_OK) and \
                 os.access(self.ringfoldrun, os.X_OK):
             self.names.append("ringfold")
+            if "none" in self.binds:
+                self.names.append("ringfold-unbound")
         else:
             print(f"# ringfold skipped: {self.bench}/all_reduce_perf or {self.ringfoldrun} missing")
         if os.access(os.path.join(self.bench, "gloo_allreduce_perf"), os.X_OK):
-            self.names += [f"gloo-{a}" for a in args.gloo_algorithms.split(",") if a]
+            for a in filter(None, args.gloo_algorithms.split(",")):
+                self.names += [f"gloo-{a}" + ("-bound" if b == "core" else "") for b in self.binds]
         else:
             print("# Gloo skipped: gloo_allreduce_perf was not built (libgloo-dev missing?)")
         if os.access(os.path.join(self.bench, "mpi_allreduce_perf"), os.X_OK) and \
@@ -198,17 +205,19 @@ class Systems:
 
     def measure(self, name, nranks, size):
         args = self.common(size)
-        if name == "ringfold":
-            cmd = [self.ringfoldrun, "-np", str(nranks),
+        if name in ("ringfold", "ringfold-unbound"):
+            cmd = [self.ringfoldrun, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "core",
                    os.path.join(self.bench, "all_reduce_perf")] + args
             return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo"}), self.args.timeout)
         if name.startswith("gloo-"):
             store = tempfile.mkdtemp(prefix="rf_gloo_store.")
             try:
+                algo = name[len("gloo-"):]
+                bind = "core" if algo.endswith("-bound") else "none"
                 prog = [os.path.join(self.bench, "gloo_allreduce_perf"), "--store-dir", store,
-                        "-A", name[len("gloo-"):]] + args
+                        "-A", algo[:-len("-bound")] if bind == "core" else algo] + args
                 if os.access(self.ringfoldrun, os.X_OK):
-                    return run_one([self.ringfoldrun, "-np", str(nranks)] + prog, clean_env(),
+                    return run_one([self.ringfoldrun, "-np", str(nranks), "--bind-to", bind] + prog, clean_env(),
                                    self.args.timeout)
                 # Without ringfoldrun, start the ranks here.
                 return run_many([(prog + ["--rank", str(r), "--size", str(nranks)], clean_env())
@@ -281,7 +290,11 @@ def loopback(args):
     lines.append(f"busbw in GB/s (nccl-tests definition, 2(n-1)/n x bytes / time), median of "
                  f"{args.repeats} launches; each launch's figure comes from the shorter of its "
                  f"out-of-place and in-place times. 'Gloo best' is the best Gloo algorithm at "
-                 f"that size. Ratios > 1 mean ringfold is faster.")
+                 f"that size, bound or not. Ratios > 1 mean ringfold is faster. ringfold and Gloo "
+                 f"are started by ringfoldrun: plain names ran with --bind-to core (ringfold's "
+                 f"default: each rank on its share of the cores, round robin when there are "
+                 f"more ranks than cores), '-unbound' names with --bind-to none; Gloo names "
+                 f"without '-bound' ran unbound. Open MPI ran with mpirun's own default binding.")
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -507,6 +520,9 @@ def main():
     p.add_argument("--iters", type=int, default=0, help="timed iterations (default: by size)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check results (-c 1) in timing runs too")
+    p.add_argument("--bind", default="core,none",
+                   help="ringfoldrun --bind-to values to run ringfold and Gloo with (loopback mode); "
+                        "ringfold's figure is always the bound one")
     p.add_argument("--gloo-algorithms", default="ring,halving_doubling,ring_chunked",
                    help="comma-separated gloo_allreduce_perf -A values")
     p.add_argument("--timeout", type=float, default=120, help="seconds per launch")
