@@ -20,7 +20,10 @@ using sched::Range;
 // their receive (which costs a copy out of the transport's unexpected buffer), and a short lead
 // keeps socket buffers and scratch small and cache-hot. Measured on loopback, 2 ranks, 16 MiB:
 // window 4 / lead 4 gave 2.55 GB/s busbw, 8 / 2 gave 2.85-3.25, 8 / 1 gave 3.66 (MPI: 2.7).
-constexpr size_t kRecvSlots = 8;
+// At 4 ranks and 64 MiB (32 segments a chunk) neighbours drift further apart: with 8 or 16
+// slots a quarter of all receives arrived before they were posted and were copied twice; 32
+// slots (16 MiB of scratch at the default segment size) brought that to 1%.
+constexpr size_t kRecvSlots = 32;
 constexpr size_t kSendLead = 1;
 // Allgather receives land in recvbuf and need no scratch, so they have their own cursor and
 // are posted as soon as the region they overwrite has been sent on, up to kGatherWindow ahead:
