@@ -15,6 +15,9 @@ the machine's load hits every configuration alike):
   ddp        N processes started here with torchrun's environment (RANK, WORLD_SIZE,
              MASTER_ADDR=127.0.0.1, a free MASTER_PORT): torch.distributed with gloo and
              DistributedDataParallel with its defaults (25 MiB buckets);
+  ddp-bound  (--ddp-bound) DDP as above, but started by `ringfoldrun` so that its ranks get the
+             same CPU binding as ringfold's (ringfoldrun's default, --bind-to core); the ratio
+             column then uses the faster of the two DDP figures;
   local      (--local) the same N processes with no communication at all: the compute-only floor
              on this machine, with the same CPU contention.
 Further ringfold configurations, with their own engine settings, are added with --config, e.g.
@@ -82,6 +85,9 @@ def worker(args):
     elif args.worker == 'ddp':
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
+        if 'RANK' not in os.environ:  # ddp-bound: started by ringfoldrun
+            os.environ['RANK'] = os.environ['RINGFOLD_RANK']
+            os.environ['WORLD_SIZE'] = os.environ['RINGFOLD_SIZE']
         dist.init_process_group('gloo', init_method='env://')
         rank, size = dist.get_rank(), dist.get_world_size()
         net = DDP(model)
@@ -163,6 +169,20 @@ def run_ringfold(args, launcher, np, model, env):
     return parse_result(p.stdout, 'ringfold')
 
 
+def run_ddp_bound(args, launcher, np, model):
+    """DDP started by ringfoldrun (bound to the cores as ringfold's ranks are)."""
+    env = {'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(free_port()), 'OMP_NUM_THREADS': str(args.threads)}
+    cmd = [launcher, '-np', str(np), '--bind-to', 'core']
+    for k in sorted(env):
+        cmd += ['-x', '%s=%s' % (k, env[k])]
+    cmd += worker_args(args, 'ddp', model)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise RuntimeError('%s failed (%d):\n%s\n%s' % (' '.join(cmd), p.returncode, p.stdout[-4000:],
+                                                        p.stderr[-4000:]))
+    return parse_result(p.stdout, 'ddp-bound')
+
+
 def run_spawned(args, kind, np, model):
     """N processes with torchrun's environment (no ringfold involved)."""
     port = free_port()
@@ -207,6 +227,8 @@ def main():
     ap.add_argument('--threads', type=int, default=int(os.environ.get('RINGFOLD_BENCH_THREADS', '1')))
     ap.add_argument('--fp16', action='store_true', help='fp16 gradient compression in both')
     ap.add_argument('--local', action='store_true', help='also run the no-communication floor')
+    ap.add_argument('--ddp-bound', action='store_true',
+                    help='also run DDP started by ringfoldrun, with the same CPU binding as ringfold')
     ap.add_argument('--config', action='append', default=[],
                     help='NAME:K=V[,K=V...] an extra ringfold configuration (engine environment)')
     ap.add_argument('--ringfoldrun')
@@ -227,7 +249,8 @@ def main():
             k, _, v = kv.partition('=')
             env[k] = v
         configs.append((name, env))
-    kinds = [c for c, _ in configs] + ['ddp'] + (['local'] if args.local else [])
+    kinds = [c for c, _ in configs] + ['ddp'] + (['ddp-bound'] if args.ddp_bound else []) + \
+        (['local'] if args.local else [])
     samples = {}          # (np, model, kind) -> [median_ms per repeat]
     params = {}
     load_start = loadavg()
@@ -240,6 +263,8 @@ def main():
                 for kind in order:
                     if kind == 'ddp' or kind == 'local':
                         res = run_spawned(args, kind, np, model)
+                    elif kind == 'ddp-bound':
+                        res = run_ddp_bound(args, launcher, np, model)
                     else:
                         res = run_ringfold(args, launcher, np, model, dict(configs)[kind])
                     samples.setdefault((np, model, kind), []).append(res['median_ms'])
@@ -254,25 +279,31 @@ def main():
              load_start, loadavg(), time.time() - t_start, _torch_version(), ', fp16 gradients' if args.fp16 else ''))
     print()
     extra = [c for c, _ in configs[1:]]
-    head = ['model', 'params', 'ranks', 'ringfold (ms)', 'DDP gloo (ms)', 'ringfold/DDP']
+    head = ['model', 'params', 'ranks', 'ringfold (ms)', 'DDP gloo (ms)']
+    if args.ddp_bound:
+        head += ['DDP bound (ms)']
+    head += ['ringfold/DDP']
     for c in extra:
         head += ['%s (ms)' % c, '%s/DDP' % c]
     if args.local:
         head += ['no comm (ms)']
-    head += ['per repeat: ringfold; DDP (ms)']
+    head += ['per repeat: ringfold; DDP%s (ms)' % ('; DDP bound' if args.ddp_bound else '')]
     print('| ' + ' | '.join(head) + ' |')
     print('|' + '|'.join(['---'] * 3 + ['---:'] * (len(head) - 4) + ['---']) + '|')
     for model in args.models:
         for np in args.np:
             m = {k: statistics.median(samples[(np, model, k)]) for k in kinds}
-            row = [model, '%.2f M' % (params[model] / 1e6), str(np), '%.2f' % m['ringfold'], '%.2f' % m['ddp'],
-                   '**%.2f**' % (m['ringfold'] / m['ddp'])]
+            ddp = min(m['ddp'], m.get('ddp-bound', m['ddp']))  # the faster DDP
+            row = [model, '%.2f M' % (params[model] / 1e6), str(np), '%.2f' % m['ringfold'], '%.2f' % m['ddp']]
+            if args.ddp_bound:
+                row += ['%.2f' % m['ddp-bound']]
+            row += ['**%.2f**' % (m['ringfold'] / ddp)]
             for c in extra:
-                row += ['%.2f' % m[c], '%.2f' % (m[c] / m['ddp'])]
+                row += ['%.2f' % m[c], '%.2f' % (m[c] / ddp)]
             if args.local:
                 row += ['%.2f' % m['local']]
-            row += [' '.join('%.1f' % v for v in samples[(np, model, 'ringfold')]) + '; ' +
-                    ' '.join('%.1f' % v for v in samples[(np, model, 'ddp')])]
+            row += ['; '.join(' '.join('%.1f' % v for v in samples[(np, model, k)])
+                              for k in ['ringfold', 'ddp'] + (['ddp-bound'] if args.ddp_bound else []))]
             print('| ' + ' | '.join(row) + ' |')
 
 
