@@ -178,8 +178,8 @@ class Systems:
         self.names = []
         self.binds = [x for x in args.bind.split(",") if x]
         for x in self.binds:
-            if x not in ("core", "none"):
-                sys.exit(f"--bind: '{x}' is not core or none")
+            if x not in ("auto", "none"):
+                sys.exit(f"--bind: '{x}' is not auto or none")
         if os.access(os.path.join(self.bench, "all_reduce_perf"), os.X_OK) and \
                 os.access(self.ringfoldrun, os.X_OK):
             self.names.append("ringfold")
@@ -189,7 +189,7 @@ class Systems:
             print(f"# ringfold skipped: {self.bench}/all_reduce_perf or {self.ringfoldrun} missing")
         if os.access(os.path.join(self.bench, "gloo_allreduce_perf"), os.X_OK):
             for a in filter(None, args.gloo_algorithms.split(",")):
-                self.names += [f"gloo-{a}" + ("-bound" if b == "core" else "") for b in self.binds]
+                self.names += [f"gloo-{a}" + ("-bound" if b == "auto" else "") for b in self.binds]
         else:
             print("# Gloo skipped: gloo_allreduce_perf was not built (libgloo-dev missing?)")
         if os.access(os.path.join(self.bench, "mpi_allreduce_perf"), os.X_OK) and \
@@ -206,16 +206,16 @@ class Systems:
     def measure(self, name, nranks, size):
         args = self.common(size)
         if name in ("ringfold", "ringfold-unbound"):
-            cmd = [self.ringfoldrun, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "core",
+            cmd = [self.ringfoldrun, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "auto",
                    os.path.join(self.bench, "all_reduce_perf")] + args
             return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo"}), self.args.timeout)
         if name.startswith("gloo-"):
             store = tempfile.mkdtemp(prefix="rf_gloo_store.")
             try:
                 algo = name[len("gloo-"):]
-                bind = "core" if algo.endswith("-bound") else "none"
+                bind = "auto" if algo.endswith("-bound") else "none"
                 prog = [os.path.join(self.bench, "gloo_allreduce_perf"), "--store-dir", store,
-                        "-A", algo[:-len("-bound")] if bind == "core" else algo] + args
+                        "-A", algo[:-len("-bound")] if bind == "auto" else algo] + args
                 if os.access(self.ringfoldrun, os.X_OK):
                     return run_one([self.ringfoldrun, "-np", str(nranks), "--bind-to", bind] + prog, clean_env(),
                                    self.args.timeout)
@@ -291,10 +291,10 @@ def loopback(args):
                  f"{args.repeats} launches; each launch's figure comes from the shorter of its "
                  f"out-of-place and in-place times. 'Gloo best' is the best Gloo algorithm at "
                  f"that size, bound or not. Ratios > 1 mean ringfold is faster. ringfold and Gloo "
-                 f"are started by ringfoldrun: plain names ran with --bind-to core (ringfold's "
-                 f"default: each rank on its share of the cores, round robin when there are "
-                 f"more ranks than cores), '-unbound' names with --bind-to none; Gloo names "
-                 f"without '-bound' ran unbound. Open MPI ran with mpirun's own default binding.")
+                 f"are started by ringfoldrun: 'ringfold' and '-bound' names ran with its default "
+                 f"--bind-to auto (ranks bound round robin to the cores when they outnumber "
+                 f"them, else unbound), '-unbound' and the other Gloo names with --bind-to none. "
+                 f"Open MPI ran with mpirun's own default binding.")
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -520,9 +520,9 @@ def main():
     p.add_argument("--iters", type=int, default=0, help="timed iterations (default: by size)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check results (-c 1) in timing runs too")
-    p.add_argument("--bind", default="core,none",
+    p.add_argument("--bind", default="auto,none",
                    help="ringfoldrun --bind-to values to run ringfold and Gloo with (loopback mode); "
-                        "ringfold's figure is always the bound one")
+                        "ringfold's figure is always the one with auto, its default")
     p.add_argument("--gloo-algorithms", default="ring,halving_doubling,ring_chunked",
                    help="comma-separated gloo_allreduce_perf -A values")
     p.add_argument("--timeout", type=float, default=120, help="seconds per launch")

@@ -16,8 +16,9 @@ the machine's load hits every configuration alike):
              MASTER_ADDR=127.0.0.1, a free MASTER_PORT): torch.distributed with gloo and
              DistributedDataParallel with its defaults (25 MiB buckets);
   ddp-bound  (--ddp-bound) DDP as above, but started by `ringfoldrun` so that its ranks get the
-             same CPU binding as ringfold's (ringfoldrun's default, --bind-to core); the ratio
-             column then uses the faster of the two DDP figures;
+             same CPU binding as ringfold's (ringfoldrun's default, --bind-to auto: round robin
+             when the ranks outnumber the cores); the ratio column then uses the faster of the
+             two DDP figures;
   local      (--local) the same N processes with no communication at all: the compute-only floor
              on this machine, with the same CPU contention.
 Further ringfold configurations, with their own engine settings, are added with --config, e.g.
@@ -172,7 +173,7 @@ def run_ringfold(args, launcher, np, model, env):
 def run_ddp_bound(args, launcher, np, model):
     """DDP started by ringfoldrun (bound to the cores as ringfold's ranks are)."""
     env = {'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(free_port()), 'OMP_NUM_THREADS': str(args.threads)}
-    cmd = [launcher, '-np', str(np), '--bind-to', 'core']
+    cmd = [launcher, '-np', str(np)]
     for k in sorted(env):
         cmd += ['-x', '%s=%s' % (k, env[k])]
     cmd += worker_args(args, 'ddp', model)

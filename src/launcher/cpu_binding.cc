@@ -67,6 +67,12 @@ std::vector<int> cpusForRank(const std::vector<Core>& cores, int localRank, int 
   return cpus;
 }
 
+std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize) {
+  const bool oversubscribed = static_cast<size_t>(std::max(localSize, 0)) > cores.size();
+  if (policy == BindPolicy::kNone || (policy == BindPolicy::kAuto && !oversubscribed)) return {};
+  return cpusForRank(cores, localRank, localSize);
+}
+
 std::string cpuListText(const std::vector<int>& cpus) {
   std::string out;
   for (size_t i = 0; i < cpus.size();) {

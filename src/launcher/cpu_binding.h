@@ -1,9 +1,11 @@
 // CPU binding: which CPUs each local rank may run on (ringfoldrun --bind-to).
 //
-// Why: with several ranks on one machine, the scheduler moves them between cores and stacks a
-// rank on the core its ring neighbour needs; a rank then waits for data its neighbour cannot
-// send. Measured on 2 vCPUs, 4 ranks, 16 MiB allreduce over loopback: binding raised busbw by
-// about 20% (bench/results/compare_loopback.md).
+// Why: with more ranks than cores, the scheduler stacks a rank onto the core its ring
+// neighbour needs, and the rank then waits for data its neighbour cannot send. Measured on 2
+// vCPUs, 4 ranks, allreduce over loopback: binding raised busbw by 10-30% at 4-16 MiB. With 2
+// ranks on the same 2 vCPUs (one core each) binding cost 10-15%, since an unbound rank can take
+// whichever core is free when its peer's data arrives. Hence the default, auto: bind only when
+// the local ranks outnumber the cores (bench/results/compare_loopback.md).
 //
 // Contract
 //   * machineCores() groups the CPUs the launcher may use (its own affinity mask, so taskset,
@@ -15,6 +17,8 @@
 //     rank's framework threads and data loaders keep a fair share of the machine; with more
 //     ranks than cores, rank i gets core i % C, so ring neighbours i and i+1 run on different
 //     cores. One local rank gets every core (no constraint).
+//   * bindingFor(): kCore binds as cpusForRank() says; kAuto only when localSize > cores;
+//     kNone never. Empty means unbound.
 //   * Only ranks the launcher forks are bound; ranks on remote hosts and ranks started by other
 //     launchers (torchrun, srun, mpirun) run as their launcher placed them.
 //   * Binding is advice to the kernel: a failed sched_setaffinity in the child leaves that rank
@@ -28,7 +32,7 @@
 
 namespace ringfold::launcher {
 
-enum class BindPolicy { kCore, kNone };
+enum class BindPolicy { kAuto, kCore, kNone };
 
 // Hardware threads (CPU numbers) of one core.
 using Core = std::vector<int>;
@@ -42,6 +46,9 @@ std::vector<int> allowedCpus();
 
 // The CPUs of local rank `localRank` of `localSize` (see the contract); empty if `cores` is.
 std::vector<int> cpusForRank(const std::vector<Core>& cores, int localRank, int localSize);
+
+// The CPUs of local rank `localRank` of `localSize` under `policy` (empty: unbound).
+std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize);
 
 // "0-3,8" style list, as in /proc/self/status Cpus_allowed_list.
 std::string cpuListText(const std::vector<int>& cpus);

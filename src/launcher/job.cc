@@ -375,12 +375,12 @@ int Job::run() {
   std::string cwd = std::filesystem::current_path().string();
   std::vector<Start> starts;
   const std::vector<Core> cores =
-      options_.bindTo == BindPolicy::kCore ? machineCores(allowedCpus()) : std::vector<Core>{};
+      options_.bindTo != BindPolicy::kNone ? machineCores(allowedCpus()) : std::vector<Core>{};
   for (const auto& slot : layout) {
     Start s;
     if (slot.local) {
       s.env = buildRankEnvironment(base, options_, slot, endpoint);
-      s.cpus = cpusForRank(cores, slot.localRank, slot.localSize);
+      s.cpus = bindingFor(options_.bindTo, cores, slot.localRank, slot.localSize);
     } else {
       s.sshArgv = sshArgv(ssh, sshSettings, slot.host, nonce_);
       s.script = remoteScript({buildRemoteEnvironment(base, options_, slot, endpoint), cwd,

@@ -10,8 +10,8 @@
 //   * Before anything starts: the command is looked up on PATH (when some rank is local), ssh
 //     (when some rank is remote), and every remote host must resolve and have a route; a
 //     failure is reported naming it (127 for a missing program, 1 otherwise).
-//   * Local ranks: fork/exec (rank_process.h), bound to their share of the cores unless
-//     --bind-to none (cpu_binding.h). Remote ranks: one local ssh client per rank
+//   * Local ranks: fork/exec (rank_process.h), bound to CPUs as --bind-to says
+//     (cpu_binding.h). Remote ranks: one local ssh client per rank
 //     (remote_rank.h), which counts as started once the remote side printed its marker.
 //   * A remote rank not started within the start timeout (--start-timeout, else
 //     RINGFOLD_START_TIMEOUT, else 60 s): "ringfoldrun: host H did not start rank R within S s

@@ -177,12 +177,14 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       if (value.empty()) usageError("--output-filename expects a directory");
       opt.outputDir = value;
     } else if (canonical == "--bind-to") {
-      if (value == "core") {
+      if (value == "auto") {
+        opt.bindTo = BindPolicy::kAuto;
+      } else if (value == "core") {
         opt.bindTo = BindPolicy::kCore;
       } else if (value == "none") {
         opt.bindTo = BindPolicy::kNone;
       } else {
-        usageError("--bind-to expects core or none, got '" + value + "'");
+        usageError("--bind-to expects auto, core or none, got '" + value + "'");
       }
     } else if (canonical == "--start-timeout") {
       opt.startTimeoutSeconds = parseSeconds(value, "--start-timeout");
@@ -254,9 +256,11 @@ run:
   --grace-period S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)
   -x VAR[=value]        export VAR to the ranks (with a value: set it), may repeat
   --output-filename DIR also write each rank's output to DIR/rank.N/stdout and stderr
-  --bind-to core|none   core (default): each rank on this machine runs on its own share of
-                        the cores the launcher may use (1 of 4 ranks on 16 cores: 4 cores;
-                        more ranks than cores: one core each, round robin); none: unbound
+  --bind-to auto|core|none
+                        core: each rank on this machine runs on its own share of the cores
+                        the launcher may use (1 of 4 ranks on 16 cores: 4 cores; more ranks
+                        than cores: one core each, round robin); auto (default): as core
+                        when the ranks outnumber the cores, else unbound; none: unbound
   --verbose             print what the launcher does, and how long start-up took
   -cb, --check-build    show which transports, reducers and bindings this build has
   -h, --help            show this help and exit

@@ -4,7 +4,7 @@
 //   ringfoldrun -np N [-H host:slots,... | --hostfile FILE] [--ssh-port P]
 //               [--ssh-identity-file F] [--ssh-option OPT]... [--network-interface IFACES]
 //               [--start-timeout S] [--grace-period S] [--output-filename DIR]
-//               [--bind-to core|none] [--verbose]
+//               [--bind-to auto|core|none] [--verbose]
 //               [-x VAR[=value]]... command [args...]
 //   ringfoldrun --check-build | --help | --version
 //
@@ -54,7 +54,7 @@ struct LaunchOptions {
   // get RINGFOLD_SOCKET_IFNAME="=<list>". Empty: chosen from the route to the first remote host.
   std::string networkInterfaces;
   std::string outputDir;  // --output-filename: DIR/rank.N/{stdout,stderr} besides the terminal
-  BindPolicy bindTo = BindPolicy::kCore;  // --bind-to: CPUs of the local ranks (cpu_binding.h)
+  BindPolicy bindTo = BindPolicy::kAuto;  // --bind-to: CPUs of the local ranks (cpu_binding.h)
   bool checkBuild = false;
   bool help = false;
   bool version = false;

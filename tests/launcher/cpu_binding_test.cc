@@ -55,6 +55,14 @@ TEST(CpuBinding, RanksShareCoresEvenlyOrRoundRobin) {
   EXPECT_TRUE(cpusForRank(four, 4, 4).empty());
 }
 
+TEST(CpuBinding, AutoBindsOnlyWhenRanksOutnumberCores) {
+  const std::vector<Core> two = {{0}, {1}};
+  EXPECT_TRUE(bindingFor(BindPolicy::kAuto, two, 1, 2).empty());
+  EXPECT_EQ(bindingFor(BindPolicy::kAuto, two, 1, 3), (Cpus{1}));
+  EXPECT_EQ(bindingFor(BindPolicy::kCore, two, 1, 2), (Cpus{1}));
+  EXPECT_TRUE(bindingFor(BindPolicy::kNone, two, 1, 3).empty());
+}
+
 TEST(CpuBinding, ListText) {
   EXPECT_EQ(cpuListText({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
   EXPECT_EQ(cpuListText({5}), "5");

@@ -55,7 +55,8 @@ TEST(LaunchOptions, AllOptionsAndSpellings) {
   EXPECT_EQ(parseLaunchOptions(Args{"-np=4", "--hosts=127.0.0.1:4", "a"}).numProc, 4);
   EXPECT_EQ(parseLaunchOptions(Args{"-n", "5", "a"}).numProc, 5);
   EXPECT_DOUBLE_EQ(parseLaunchOptions(Args{"-np", "1", "a"}).gracePeriodSeconds, 3.0);
-  EXPECT_EQ(parseLaunchOptions(Args{"-np", "1", "a"}).bindTo, BindPolicy::kCore);
+  EXPECT_EQ(parseLaunchOptions(Args{"-np", "1", "a"}).bindTo, BindPolicy::kAuto);
+  EXPECT_EQ(parseLaunchOptions(Args{"-np", "1", "--bind-to", "auto", "a"}).bindTo, BindPolicy::kAuto);
   EXPECT_EQ(parseLaunchOptions(Args{"-np", "1", "--bind-to", "none", "a"}).bindTo, BindPolicy::kNone);
   EXPECT_EQ(parseLaunchOptions(Args{"-np", "1", "--bind-to=core", "a"}).bindTo, BindPolicy::kCore);
 }
@@ -110,7 +111,7 @@ TEST(LaunchOptions, OtherBadInputIsNamed) {
             std::string::npos);
   EXPECT_NE(usageErrorOf({"-np", "2", "--grace-period", "soon", "a"}).find("--grace-period"),
             std::string::npos);
-  EXPECT_NE(usageErrorOf({"-np", "2", "--bind-to", "socket", "a"}).find("--bind-to expects core or none, got 'socket'"),
+  EXPECT_NE(usageErrorOf({"-np", "2", "--bind-to", "socket", "a"}).find("--bind-to expects auto, core or none, got 'socket'"),
             std::string::npos);
 }
 

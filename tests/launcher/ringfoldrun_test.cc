@@ -243,34 +243,35 @@ std::map<int, std::string> allowedCpuLists(const Finished& f) {
 }
 
 TEST(Ringfoldrun, BindsLocalRanksToTheirShareOfTheCores) {
-  const Args show = {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"};
-  // With --bind-to none every rank keeps the launcher's CPUs (this test's own).
-  Args unbound = {"-np", "2", "--bind-to", "none"};
-  unbound.insert(unbound.end(), show.begin(), show.end());
-  Finished f = run(launcher(unbound), 20s);
-  ASSERT_EQ(f.exitCode, 0) << f.err;
   Finished self = run({"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"}, 10s);
   const std::string mine = self.out.substr(self.out.find_first_of("0123456789"));
+  auto launch = [](Args options) {
+    for (const char* a : {"sh", "-c", "grep Cpus_allowed_list /proc/self/status"}) options.push_back(a);
+    Finished f = run(launcher(options), 20s);
+    EXPECT_EQ(f.exitCode, 0) << f.err;
+    return f;
+  };
+  // With --bind-to none, and with auto while there are no more ranks than CPUs, every rank
+  // keeps the launcher's CPUs (this test's own).
+  for (const Args& options : {Args{"-np", "2", "--bind-to", "none"}, Args{"-np", "1"}}) {
+    auto lists = allowedCpuLists(launch(options));
+    ASSERT_EQ(lists.size(), static_cast<size_t>(std::stoi(options[1])));
+    for (auto& [rank, list] : lists) EXPECT_EQ(list + "\n", mine) << rank;
+  }
+  // --bind-to core: ranks 0 and 1 of 2 get disjoint CPU sets when there are 2 CPUs or more.
+  Finished f = launch({"-np", "2", "--bind-to", "core", "--verbose"});
   auto lists = allowedCpuLists(f);
   ASSERT_EQ(lists.size(), 2u) << f.out;
-  for (auto& [rank, list] : lists) EXPECT_EQ(list + "\n", mine) << rank;
-
-  // By default, ranks 0 and 1 of 2 get disjoint CPU sets when there are 2 CPUs or more, and
-  // rank 2 of 3 on a 2-CPU machine shares rank 0's.
-  Args bound = {"-np", "3", "--verbose"};
-  bound.insert(bound.end(), show.begin(), show.end());
-  f = run(launcher(bound), 20s);
-  ASSERT_EQ(f.exitCode, 0) << f.err;
-  lists = allowedCpuLists(f);
-  ASSERT_EQ(lists.size(), 3u) << f.out;
-  EXPECT_TRUE(contains(f.err, "started rank 0 (pid ")) << f.err;
   EXPECT_TRUE(contains(f.err, ", CPUs " + lists[0])) << f.err;
+  if (mine != "0\n") {
+    EXPECT_NE(lists[0], lists[1]);
+  }
+  // auto with more ranks than CPUs (this machine kind has 2): round robin.
   if (mine == "0-1\n") {
+    lists = allowedCpuLists(launch({"-np", "3"}));
     EXPECT_EQ(lists[0], "0");
     EXPECT_EQ(lists[1], "1");
     EXPECT_EQ(lists[2], "0");
-  } else if (mine != "0\n") {
-    EXPECT_NE(lists[0], lists[1]);
   }
 }
 
