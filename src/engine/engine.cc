@@ -363,8 +363,14 @@ TunableSettings Engine::settings() const {
 
 void Engine::loop() {
   auto last = std::chrono::steady_clock::now();
+  auto next = last;  // when the next regular cycle is due
   while (true) {
     const auto start = std::chrono::steady_clock::now();
+    if (start >= next) {  // a regular cycle: the next one is due a cycle time from now
+      std::lock_guard<std::mutex> lock(mu_);
+      next = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double, std::milli>(tuned_.cycleTimeMs));
+    }
     bool go = false;
     try {
       go = cycle();
@@ -382,10 +388,9 @@ void Engine::loop() {
     }
     last = start;
     if (!go) break;
+    if (ranWork_) continue;  // a follow-up cycle at once, off the regular schedule
     std::unique_lock<std::mutex> lock(mu_);
-    const auto period = std::chrono::duration<double, std::milli>(tuned_.cycleTimeMs);
-    wake_.wait_until(lock, start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(period),
-                     [&] { return shutdownRequested_; });
+    wake_.wait_until(lock, next, [&] { return shutdownRequested_; });
   }
   running_ = false;
 }
@@ -441,12 +446,14 @@ bool Engine::cycle() {
     stats_.coordinatorRounds += c.coordinated ? 1 : 0;
   };
   count(g);
+  ranWork_ = !g.responses.empty();
   runSet(global, std::move(g.responses));
   for (size_t id = 1; id < sets_.size(); ++id) {
     ProcessSet* set = sets_[id].get();
     if (!set || !set->included()) continue;
     CycleResult c = set->negotiate(false, false, ns);
     count(c);
+    ranWork_ = ranWork_ || !c.responses.empty();
     runSet(*set, std::move(c.responses));
   }
   {

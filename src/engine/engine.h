@@ -2,7 +2,12 @@
 // in any order, from any thread; the engine matches them across ranks, fuses small ones, runs
 // the collectives and completes each tensor's handle.
 //
-// One background thread per engine loops once per cycle time (RINGFOLD_CYCLE_TIME):
+// One background thread per engine loops once per cycle time (RINGFOLD_CYCLE_TIME). A cycle
+// that ran anything is also followed at once by a follow-up cycle, which leaves that schedule
+// alone: a backward pass enqueues gradients in bursts, and the ones enqueued while a batch ran
+// then go without waiting for the tick, while a tensor enqueued after an idle follow-up still
+// waits only until the regular tick. (The global set's responses are the same on every rank,
+// so its ranks choose alike.) Each cycle:
 //   1. drain the queue of new tensors into their process sets;
 //   2. for each process set this rank belongs to, in id order: negotiate (process_set.h: the
 //      cached fast path, else the coordinator), plan batches (fusion.h), and run them
@@ -186,6 +191,7 @@ class Engine {
   Operations operations_;
   std::unique_ptr<Autotuner> autotuner_;  // global rank 0 only
   bool tunePending_ = false;               // rank 0: announce current() next cycle
+  bool ranWork_ = false;                   // the last cycle ran responses: start the next at once
   uint64_t tunedBytes_ = 0;                // operations_.bytesMoved() at the last record()
   TunableSettings tuned_;
 

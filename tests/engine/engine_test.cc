@@ -12,6 +12,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <sstream>
 
 #include "engine/engine_harness.h"
@@ -510,15 +511,21 @@ TEST(EngineCancel, UnreportedTensorIsCancelledAndItsNameFreed) {
     a.shape = {4};
     a.input = in.data();
     a.output = out.data();
-    // Completes inside a cycle; the next one is a whole cycle time (300 ms) away, so the
-    // enqueue and cancel below land in the same gap (at start-up the first cycle could have
-    // drained the tensor between the two calls).
+    // Completes inside a cycle, which is followed at once by an idle one; the cycle after
+    // that is a whole cycle time (300 ms) away, so the enqueue and cancel below land in the
+    // same gap (at start-up the first cycle could have drained the tensor between the two calls).
     TensorArgs warm = a;
     warm.name = "warm";
     std::vector<float> warmOut(4);
     warm.output = warmOut.data();
     Status w = rftest::waitStatus(e, e.enqueue(warm));
     if (!w.ok()) throw std::runtime_error("warm-up failed: " + w.message);
+    // The warm-up's own cycle may not have counted itself yet: two more cycles past this
+    // reading include the idle one.
+    const uint64_t seen = e.stats().cycles;
+    for (int i = 0; i < 2000 && e.stats().cycles < seen + 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     Handle h = e.enqueue(a);
     e.cancel(h);
     Status s = rftest::waitStatus(e, h);
