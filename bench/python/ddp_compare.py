@@ -18,7 +18,9 @@ the machine's load hits every configuration alike):
   ddp-bound  (--ddp-bound) DDP as above, but started by `ringfoldrun` so that its ranks get the
              same CPU binding as ringfold's (ringfoldrun's default, --bind-to auto: round robin
              when the ranks outnumber the cores); the ratio column then uses the faster of the
-             two DDP figures;
+             two DDP figures. Only run where that binding applies (more ranks than CPUs here):
+             elsewhere it would be a second sample of plain DDP, and taking the faster of two
+             samples of one configuration would flatter DDP;
   local      (--local) the same N processes with no communication at all: the compute-only floor
              on this machine, with the same CPU contention.
 Further ringfold configurations, with their own engine settings, are added with --config, e.g.
@@ -262,6 +264,8 @@ def main():
                 # Alternate which framework goes first, so neither always follows the other.
                 order = kinds if rep % 2 == 0 else list(reversed(kinds))
                 for kind in order:
+                    if kind == 'ddp-bound' and np <= len(os.sched_getaffinity(0)):
+                        continue  # not bound: the same as ddp
                     if kind == 'ddp' or kind == 'local':
                         res = run_spawned(args, kind, np, model)
                     elif kind == 'ddp-bound':
@@ -293,18 +297,18 @@ def main():
     print('|' + '|'.join(['---'] * 3 + ['---:'] * (len(head) - 4) + ['---']) + '|')
     for model in args.models:
         for np in args.np:
-            m = {k: statistics.median(samples[(np, model, k)]) for k in kinds}
+            m = {k: statistics.median(samples[(np, model, k)]) for k in kinds if (np, model, k) in samples}
             ddp = min(m['ddp'], m.get('ddp-bound', m['ddp']))  # the faster DDP
             row = [model, '%.2f M' % (params[model] / 1e6), str(np), '%.2f' % m['ringfold'], '%.2f' % m['ddp']]
             if args.ddp_bound:
-                row += ['%.2f' % m['ddp-bound']]
+                row += ['%.2f' % m['ddp-bound'] if 'ddp-bound' in m else '- (unbound)']
             row += ['**%.2f**' % (m['ringfold'] / ddp)]
             for c in extra:
                 row += ['%.2f' % m[c], '%.2f' % (m[c] / ddp)]
             if args.local:
                 row += ['%.2f' % m['local']]
             row += ['; '.join(' '.join('%.1f' % v for v in samples[(np, model, k)])
-                              for k in ['ringfold', 'ddp'] + (['ddp-bound'] if args.ddp_bound else []))]
+                              for k in ['ringfold', 'ddp', 'ddp-bound'] if (np, model, k) in samples)]
             print('| ' + ' | '.join(row) + ' |')
 
 
