@@ -17,10 +17,12 @@
 //     Store port: RINGFOLD_STORE_PORT; else HOROVOD_GLOO_RENDEZVOUS_PORT + 1 (horovodrun's HTTP
 //     server holds that port); else MASTER_PORT, + 1 under torchrun (TORCHELASTIC_RUN_ID or
 //     TORCHELASTIC_USE_AGENT_STORE set: torchrun's own store holds MASTER_PORT); else slurm /
-//     Open MPI: 29500 + (SLURM_JOB_ID or OMPI_MCA_ess_base_jobid) % 1000.
+//     Open MPI: 29500 + job % 1000, job = OMPI_MCA_ess_base_jobid, or for slurm
+//     SLURM_JOB_ID + 97 * SLURM_STEP_ID (so that concurrent steps of one job differ).
 //  6. Secret: RINGFOLD_SECRET; under ringfoldrun it is required. Otherwise it is derived as
 //     hex(SHA-256("ringfold-job-secret-v1:" NAME "=" VALUE)) from the first job identity set:
-//     TORCHELASTIC_RUN_ID, SLURM_JOB_ID, OMPI_MCA_ess_base_jobid,
+//     TORCHELASTIC_RUN_ID, SLURM_JOB_ID (SLURM_JOB_ID.SLURM_STEP_ID=J.S when slurm started the
+//     ranks and SLURM_STEP_ID is set), OMPI_MCA_ess_base_jobid,
 //     HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT, MASTER_ADDR:MASTER_PORT — with a warning.
 //  A single process (size 1) gets no store address, port or secret.
 #include "rendezvous/bootstrap.h"
@@ -37,6 +39,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "rendezvous/secret.h"
 
 namespace ringfold::rendezvous {
 namespace detail {
@@ -114,16 +117,21 @@ uint64_t jobNumber(const Var& v) {
   return h;
 }
 
+// SLURM_STEP_ID of ranks srun started: every task of a step sees the same one. Absent, or one of
+// Slurm's pseudo steps (batch, extern, interactive: 0xFFFFFFF0 and up), it is none.
+std::optional<uint64_t> slurmStep() {
+  auto s = env("SLURM_STEP_ID");
+  if (!s) return std::nullopt;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(s->first.c_str(), &end, 10);
+  if (end == nullptr || *end != '\0' || n >= 0xFFFFFFF0ull) return std::nullopt;
+  return n;
+}
+
 std::string hexSha256(const std::string& text) {
   unsigned char d[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), d);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : d) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return toHex(d, sizeof d);
 }
 
 void localFromSet(const NameSet& set, int size, BootstrapInfo& info, Var& lrVar, Var& lsVar) {
@@ -265,13 +273,17 @@ void deriveStore(BootstrapInfo& info) {
     return;
   }
   std::optional<Var> job;
-  if (info.source == "slurm") job = env("SLURM_JOB_ID");
+  uint64_t step = 0;
+  if (info.source == "slurm") {
+    job = env("SLURM_JOB_ID");
+    step = slurmStep().value_or(0);
+  }
   if (info.source == "openmpi") job = env("OMPI_MCA_ess_base_jobid");
   if (!job) {
     RF_THROW(InvalidArgument, "no rendezvous store port for ", info.size, " ranks (source ",
              info.source, "): set ", params::kStorePort.name, " (or MASTER_PORT)");
   }
-  info.storePort = 29500 + static_cast<int>(jobNumber(*job) % 1000);
+  info.storePort = 29500 + static_cast<int>((jobNumber(*job) % 1000 + 97 * (step % 1000)) % 1000);
 }
 
 void deriveSecret(BootstrapInfo& info) {
@@ -289,6 +301,10 @@ void deriveSecret(BootstrapInfo& info) {
     // torchrun's default --rdzv-id is "none": the same for every job, so no identity at all.
     if ((id = env(name)) && id->first != "none") break;
     id.reset();
+  }
+  // Concurrent steps of one Slurm job must not share a secret (nor, above, a port).
+  if (id && id->second == "SLURM_JOB_ID" && info.source == "slurm") {
+    if (auto step = slurmStep()) id = Var{id->first + "." + std::to_string(*step), "SLURM_JOB_ID.SLURM_STEP_ID"};
   }
   if (!id) {
     for (auto [a, p] : {std::pair{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"},

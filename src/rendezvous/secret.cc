@@ -14,17 +14,21 @@
 
 namespace ringfold::rendezvous {
 
+std::string toHex(const uint8_t* bytes, size_t n) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
 std::string generateSecret() {
   uint8_t raw[32];
   wire::randomBytes(raw, sizeof raw);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * sizeof raw);
-  for (uint8_t c : raw) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return toHex(raw, sizeof raw);
 }
 
 namespace wire {

@@ -6,10 +6,14 @@
 // non-empty text works as a secret too.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ringfold::rendezvous {
 
 std::string generateSecret();
+// Lower-case hex of `n` bytes (2n characters): secrets and derived secrets.
+std::string toHex(const uint8_t* bytes, size_t n);
 
 }  // namespace ringfold::rendezvous

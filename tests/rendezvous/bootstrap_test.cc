@@ -24,7 +24,7 @@ const char* kVars[] = {
     "TORCHELASTIC_USE_AGENT_STORE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST",
+    "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST",
     "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "NODE_RANK",
 };
 
@@ -317,6 +317,35 @@ TEST_F(Bootstrap, SlurmDerivesLocalSizeHostAndPort) {
   EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE='2(y4)'")) << errorOf();
   ::unsetenv("SLURM_TASKS_PER_NODE");
   EXPECT_TRUE(has(errorOf(), "SLURM_TASKS_PER_NODE")) << errorOf();
+}
+
+// Two srun steps of one job running at once (e.g. `srun ... &` twice in a batch script) share
+// SLURM_JOB_ID and, often, their first node: each step gets its own store port and secret.
+TEST_F(Bootstrap, ConcurrentSlurmStepsGetTheirOwnPortAndSecret) {
+  set({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "2"},
+       {"SLURM_JOB_ID", "123456"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_STEP_ID", "0"}});
+  auto step0 = bootstrapFromEnvironment();
+  EXPECT_EQ(step0.storePort, 29500 + 456);
+  EXPECT_EQ(step0.secret, sha256Hex("ringfold-job-secret-v1:SLURM_JOB_ID.SLURM_STEP_ID=123456.0"));
+  set({{"SLURM_STEP_ID", "1"}});
+  auto step1 = bootstrapFromEnvironment();
+  EXPECT_EQ(step1.storePort, 29500 + (456 + 97) % 1000);
+  EXPECT_EQ(step1.secret, sha256Hex("ringfold-job-secret-v1:SLURM_JOB_ID.SLURM_STEP_ID=123456.1"));
+  set({{"SLURM_STEP_ID", "12"}});
+  EXPECT_EQ(bootstrapFromEnvironment().storePort, 29500 + (456 + 97 * 12) % 1000);
+  // Slurm's pseudo steps (here the batch step, 0xFFFFFFFE) and junk count as no step.
+  for (const char* pseudo : {"4294967294", "batch", ""}) {
+    set({{"SLURM_STEP_ID", pseudo}});
+    auto info = bootstrapFromEnvironment();
+    EXPECT_EQ(info.storePort, 29500 + 456) << pseudo;
+    EXPECT_EQ(info.secret, sha256Hex("ringfold-job-secret-v1:SLURM_JOB_ID=123456")) << pseudo;
+  }
+  // mpirun inside an allocation: its ranks on different nodes see different steps (mpirun's
+  // own and the one its daemons were started in), so only the job id counts.
+  ::unsetenv("SLURM_PROCID");
+  set({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "5"}, {"SLURM_STEP_ID", "3"}});
+  EXPECT_EQ(bootstrapFromEnvironment().secret, sha256Hex("ringfold-job-secret-v1:SLURM_JOB_ID=123456"));
 }
 
 TEST_F(Bootstrap, DerivedSecretWarnsOnceAndAnExplicitSecretNever) {
