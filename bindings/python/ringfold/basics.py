@@ -8,11 +8,19 @@ Contract
     (static sets, ids 1..n in list order) or the string "dynamic" (enables add/remove at run
     time). Calling init again while initialized does nothing. shutdown() is registered with
     atexit, as Horovod does, and may be followed by init() (elastic training).
+  * Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True, RINGFOLD_STORE_PORT unset), init() agrees
+    on ringfold's store port through torchrun's own store: rank 0 takes MASTER_PORT + 1 if it is
+    free on its host, else a free port the kernel picks, and publishes it there; the others read
+    it. A second job whose torchrun store landed on MASTER_PORT + 1 therefore costs nothing. If
+    torch or torchrun's store cannot be reached, the C++ bootstrap's rule (MASTER_PORT + 1)
+    applies as it does for programs that are not Python.
   * Topology queries raise ValueError before init, as Horovod's do.
   * Nothing here needs numpy or a framework.
 """
 import atexit
 import os
+import socket
+import sys
 
 from ringfold import _lib
 from ringfold import process_sets as _ps
@@ -26,6 +34,57 @@ Max = 4
 Product = 5
 
 _atexit_registered = False
+
+
+def _port_is_free(port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ringfold's store binds
+        try:
+            s.bind(('0.0.0.0', port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('0.0.0.0', 0))
+        return s.getsockname()[1]
+
+
+def _store_port_from_torchrun():
+    """Sets RINGFOLD_STORE_PORT from torchrun's store, where that applies (see the module contract)."""
+    env = os.environ
+    if env.get('TORCHELASTIC_USE_AGENT_STORE') != 'True' or env.get('RINGFOLD_STORE_PORT'):
+        return
+    try:
+        rank, size = int(env['RANK']), int(env['WORLD_SIZE'])
+        addr, port = env['MASTER_ADDR'], int(env['MASTER_PORT'])
+    except (KeyError, ValueError):
+        return  # the C++ bootstrap names what is missing
+    if size <= 1:
+        return
+    try:
+        import datetime
+        from torch.distributed import TCPStore
+        timeout = float(env.get('RINGFOLD_START_TIMEOUT') or env.get('HOROVOD_START_TIMEOUT') or 60)
+        store = TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=timeout))
+    except Exception as e:  # no torch, an old one, or the store is not where torchrun said
+        print('ringfold: cannot use torchrun\'s store at %s:%s (%s); ringfold\'s store takes '
+              'MASTER_PORT + 1' % (addr, port, e), file=sys.stderr)
+        return
+    key = 'ringfold/store_port/%s' % env.get('TORCHELASTIC_RESTART_COUNT', '0')
+    if rank == 0:
+        chosen = port + 1 if port < 65535 and _port_is_free(port + 1) else _free_port()
+        store.set(key, str(chosen))
+    else:
+        try:
+            chosen = int(store.get(key))
+        except Exception as e:
+            raise RuntimeError('ringfold.init: rank 0 did not publish ringfold\'s store port in torchrun\'s '
+                               'store at %s:%s within %g s (RINGFOLD_START_TIMEOUT): %s'
+                               % (addr, port, timeout, e)) from None
+    env['RINGFOLD_STORE_PORT'] = str(chosen)
 
 
 def init(comm=None, process_sets=None):
@@ -45,6 +104,8 @@ def init(comm=None, process_sets=None):
                                  'not %r' % (ps,))
             if ps.ranks is None:
                 raise ValueError('init(process_sets=...): a static ProcessSet needs explicit ranks')
+    if not lib.horovod_is_initialized():
+        _store_port_from_torchrun()
     ranks, nranks = _lib.int_array(comm or [])
     flat = [r for ps in static_sets for r in ps.ranks]
     ps_ranks, _ = _lib.int_array(flat)
