@@ -95,7 +95,7 @@ void appendEscaped(std::string& out, std::string_view s) {
 
 }  // namespace
 
-Timeline::Timeline() = default;
+Timeline::Timeline(size_t maxPendingBytes) : maxPendingBytes_(maxPendingBytes) {}
 
 Timeline::~Timeline() {
   try {
@@ -135,6 +135,8 @@ void Timeline::start(const std::string& path, bool markCycles) {
     contentEnd_ = static_cast<int64_t>(header.size() - kTrailer.size());
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.clear();
+    dropped_ = 0;
+    droppedTotal_ = 0;
     tensors_.clear();
     nextPid_ = 1;
     stopping_ = false;
@@ -202,10 +204,27 @@ void Timeline::writerLoop() {
 }
 
 void Timeline::flushLocked() {
+  uint64_t dropped = 0;
+  bool firstDrop = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (dropped_ > 0) {  // said where the gap is, in the file itself
+      dropped = dropped_;
+      firstDrop = droppedTotal_ == 0;
+      droppedTotal_ += dropped_;
+      dropped_ = 0;
+      openEventLocked({}, "TIMELINE_DROPPED_EVENTS", 'i', 0);
+      pending_ += ",\"s\":\"g\",\"args\":{\"count\":";
+      appendInt(pending_, static_cast<int64_t>(dropped));
+      pending_ += "}}";
+    }
     writing_.swap(pending_);  // writing_ was empty: both keep their capacity
     wakeRequested_ = false;
+  }
+  if (firstDrop) {  // once per file: a stuck disk would otherwise log every flush
+    RF_LOG(kWarning) << "timeline: " << dropped << " events dropped: '" << path_ << "' was not written for "
+                     << "long enough that " << (maxPendingBytes_ >> 20) << " MiB of events waited (a slow or "
+                     << "hung filesystem?); the file marks each gap with TIMELINE_DROPPED_EVENTS";
   }
   if (writing_.empty()) return;
   writing_ += kTrailer;
@@ -277,6 +296,12 @@ void Timeline::openEventLocked(std::string_view prefix, std::string_view name, c
   pending_ += ",\"tid\":0";
 }
 
+bool Timeline::fullLocked() {
+  if (pending_.size() < maxPendingBytes_) return false;
+  ++dropped_;
+  return true;
+}
+
 void Timeline::closeEventLocked() {
   pending_ += '}';
   if (pending_.size() >= kFlushBytes && !wakeRequested_) {
@@ -288,7 +313,7 @@ void Timeline::closeEventLocked() {
 void Timeline::negotiateStart(std::string_view tensor, std::string_view opType) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_ || fullLocked()) return;
   TensorState& t = tensorLocked(tensor);
   if (t.phase != Phase::kIdle) return;
   t.phase = Phase::kNegotiating;
@@ -299,7 +324,7 @@ void Timeline::negotiateStart(std::string_view tensor, std::string_view opType) 
 void Timeline::negotiateRankReady(std::string_view tensor, int rank) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_ || fullLocked()) return;
   TensorState* t = findLocked(tensor);
   if (t == nullptr || t->phase != Phase::kNegotiating) return;
   char digits[16];
@@ -312,7 +337,7 @@ void Timeline::negotiateRankReady(std::string_view tensor, int rank) {
 void Timeline::negotiateEnd(std::string_view tensor) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_) return;  // closing events always go in: every B written gets its E
   TensorState* t = findLocked(tensor);
   if (t == nullptr || t->phase != Phase::kNegotiating) return;
   t->phase = Phase::kIdle;
@@ -324,12 +349,16 @@ void Timeline::opStart(std::string_view tensor, std::string_view opType) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!recording_) return;
-  TensorState& t = tensorLocked(tensor);
+  TensorState* known = findLocked(tensor);
+  if (known == nullptr && fullLocked()) return;  // a new row is an opening event too
+  TensorState& t = known != nullptr ? *known : tensorLocked(tensor);
   if (t.phase == Phase::kOp) return;
   if (t.phase == Phase::kNegotiating) {  // the engine skipped negotiateEnd: close it here
     openEventLocked({}, {}, 'E', t.pid);
     closeEventLocked();
+    t.phase = Phase::kIdle;
   }
+  if (fullLocked()) return;
   t.phase = Phase::kOp;
   t.openActivities = 0;
   openEventLocked({}, opType, 'B', t.pid);
@@ -339,7 +368,7 @@ void Timeline::opStart(std::string_view tensor, std::string_view opType) {
 void Timeline::activityStart(std::string_view tensor, std::string_view activity) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_ || fullLocked()) return;
   TensorState* t = findLocked(tensor);
   if (t == nullptr || t->phase != Phase::kOp) return;
   ++t->openActivities;
@@ -350,7 +379,7 @@ void Timeline::activityStart(std::string_view tensor, std::string_view activity)
 void Timeline::activityEnd(std::string_view tensor) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_) return;  // closing events always go in: every B written gets its E
   TensorState* t = findLocked(tensor);
   if (t == nullptr || t->phase != Phase::kOp || t->openActivities == 0) return;
   --t->openActivities;
@@ -361,7 +390,7 @@ void Timeline::activityEnd(std::string_view tensor) {
 void Timeline::opEnd(std::string_view tensor, std::string_view dtype, const std::vector<int64_t>& shape) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_) return;  // closing events always go in: every B written gets its E
   TensorState* t = findLocked(tensor);
   if (t == nullptr || t->phase != Phase::kOp) return;
   for (; t->openActivities > 0; --t->openActivities) {
@@ -384,7 +413,7 @@ void Timeline::opEnd(std::string_view tensor, std::string_view dtype, const std:
 void Timeline::cycleStart() {
   if (!active() || !markCycles()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!recording_) return;
+  if (!recording_ || fullLocked()) return;
   openEventLocked({}, "CYCLE_START", 'i', 0);
   pending_ += ",\"s\":\"g\"";
   closeEventLocked();

@@ -28,8 +28,14 @@
 // allocation once the buffer and the tensor table have grown (a new tensor name allocates once).
 // A writer thread swaps that buffer for a second one (both keep their capacity) and writes it
 // out every ~100 ms, at once when it passes 1 MiB, and on stop(); file I/O never holds the
-// event mutex. Horovod's timeline queued records through a lock-free queue to a writer that
-// formatted them with iostreams; here formatting is a few appends, and writes are batched.
+// event mutex. Memory is bounded: while the writer is stuck (a hung network filesystem, a full
+// disk retrying) the buffer grows to at most maxPendingBytes (64 MiB by default); events past
+// that are dropped, counted, and reported in the file as one TIMELINE_DROPPED_EVENTS instant
+// with the count once writing resumes, and once in the log. Only opening events (B, X, instants,
+// new rows) are dropped: an E whose B is in the file always goes in, so pairs still balance, and
+// the E events let in past the cap are bounded by the B events open at that moment.
+// Horovod's timeline queued records through a lock-free queue to a writer that formatted them
+// with iostreams; here formatting is a few appends, and writes are batched.
 #pragma once
 
 #include <atomic>
@@ -50,7 +56,8 @@ namespace ringfold::engine {
 // while inactive. start() throws InvalidArgument if the file cannot be opened.
 class Timeline {
  public:
-  Timeline();
+  static constexpr size_t kMaxPendingBytes = size_t{64} << 20;
+  explicit Timeline(size_t maxPendingBytes = kMaxPendingBytes);
   ~Timeline();  // stops (flushes and closes) if active
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
@@ -93,6 +100,8 @@ class Timeline {
   // empty); the caller may add fields, then closeEventLocked() adds `}` and wakes the writer
   // once the buffer passes kFlushBytes.
   void openEventLocked(std::string_view prefix, std::string_view name, char phase, int pid);
+  // True (and counts the event as dropped) when the buffer is at maxPendingBytes_.
+  bool fullLocked();
   void closeEventLocked();
 
   void writerLoop();
@@ -123,6 +132,9 @@ class Timeline {
   bool wakeRequested_ = false;
   std::chrono::steady_clock::time_point startTime_;
   std::string pending_;
+  const size_t maxPendingBytes_;
+  uint64_t dropped_ = 0;       // events dropped since the last flush
+  uint64_t droppedTotal_ = 0;  // since start(), for the log
   TensorTable tensors_;
   int nextPid_ = 1;
 };

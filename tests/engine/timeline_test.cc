@@ -621,4 +621,34 @@ TEST_F(TimelineTest, HundredThousandEventsAllLand) {
   EXPECT_EQ(withPhase(all, "E").back().get("args")->getString("shape"), "[" + std::to_string(kOps - 1) + "]");
 }
 
+// A writer that cannot keep up (here: a 64 KiB cap against a burst of ~1 MB recorded between two
+// of the writer's 100 ms ticks) costs events, never unbounded memory: the file stays valid JSON,
+// every B it holds has its E, the gap is marked with the count, and recording resumes after.
+TEST_F(TimelineTest, BufferIsCappedAndDroppedEventsAreMarked) {
+  constexpr size_t kCap = 64 * 1024;
+  Timeline t(kCap);
+  t.start(path(), false);
+  constexpr int kTensors = 5000;  // 12 events each (5 B, 2 X, 5 E), ~1 MB in all
+  for (int i = 0; i < kTensors; ++i) recordTensor(t, "grad_" + std::to_string(i % 10));
+  t.flush();
+  recordTensor(t, "after_the_gap");
+  t.stop();
+  std::vector<Json> all = events(path());
+  expectPythonAccepts(path());
+  expectBalanced(all);
+  std::vector<Json> marks;
+  for (const Json& e : withPhase(all, "i")) {
+    if (e.getString("name") == "TIMELINE_DROPPED_EVENTS") marks.push_back(e);
+  }
+  ASSERT_FALSE(marks.empty());
+  double dropped = 0;
+  for (const Json& m : marks) dropped += m.get("args")->getNumber("count");
+  const size_t written = withPhase(all, "B").size() + withPhase(all, "X").size();
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(written, 7u * kTensors);  // 5 B + 2 X per tensor were offered
+  EXPECT_GE(written + static_cast<size_t>(dropped), 7u * kTensors);
+  EXPECT_GE(pidOf(all, "after_the_gap"), 1);
+  EXPECT_EQ(withPhase(all, "B", pidOf(all, "after_the_gap")).size(), 5u);
+}
+
 }  // namespace
