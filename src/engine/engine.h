@@ -42,6 +42,7 @@
 
 #include "collectives/communicator.h"
 #include "engine/autotune.h"
+#include "engine/engine_options.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
 #include "engine/operations.h"
@@ -61,30 +62,6 @@ class EngineStopped : public Error {
 
  private:
   StatusCode code_;
-};
-
-struct EngineOptions {
-  uint64_t fusionThresholdBytes = 128ull << 20;
-  uint64_t fusionTensorMaxBytes = 256u << 10;  // larger tensors are never fused (fusion.h)
-  double cycleTimeMs = 1.0;
-  size_t cacheCapacity = 1024;
-  bool disableGroupFusion = false;
-  bool dynamicProcessSets = false;
-  std::vector<std::vector<int>> processSets;  // static sets (global ranks), ids 1, 2, ...
-  std::chrono::milliseconds stallWarning{60000};  // 0: off
-  std::chrono::milliseconds stallShutdown{0};     // 0: off
-  std::string timelinePath;  // "" off; "DYNAMIC": enabled, started later
-  bool timelineMarkCycles = false;
-  bool autotune = false;
-  AutotuneOptions autotuneOptions;
-
-  // Every RINGFOLD_* (and HOROVOD_*) engine variable; InvalidArgument names a bad one.
-  static EngineOptions fromParams();
-};
-
-struct Topology {
-  int localRank = 0, localSize = 1, crossRank = 0, crossSize = 1;
-  bool homogeneous = true;  // every host runs as many ranks
 };
 
 // Counters since start (read with Engine::stats()).
