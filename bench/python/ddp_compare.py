@@ -159,31 +159,28 @@ def worker_args(args, kind, model):
     return a + (['--fp16'] if args.fp16 else [])
 
 
-def run_ringfold(args, launcher, np, model, env):
+def run_launched(args, launcher, np, model, kind, env, what):
+    """`kind`'s worker on np ranks started by ringfoldrun, with `env` exported to them."""
     cmd = [launcher, '-np', str(np)]
     for k in sorted(env):
         cmd += ['-x', '%s=%s' % (k, env[k])]
-    cmd += worker_args(args, 'ringfold', model)
+    cmd += worker_args(args, kind, model)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                        env={**os.environ, **env})
     if p.returncode != 0:
         raise RuntimeError('%s failed (%d):\n%s\n%s' % (' '.join(cmd), p.returncode, p.stdout[-4000:],
                                                         p.stderr[-4000:]))
-    return parse_result(p.stdout, 'ringfold')
+    return parse_result(p.stdout, what)
+
+
+def run_ringfold(args, launcher, np, model, env):
+    return run_launched(args, launcher, np, model, 'ringfold', env, 'ringfold')
 
 
 def run_ddp_bound(args, launcher, np, model):
     """DDP started by ringfoldrun (bound to the cores as ringfold's ranks are)."""
     env = {'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(free_port()), 'OMP_NUM_THREADS': str(args.threads)}
-    cmd = [launcher, '-np', str(np)]
-    for k in sorted(env):
-        cmd += ['-x', '%s=%s' % (k, env[k])]
-    cmd += worker_args(args, 'ddp', model)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode != 0:
-        raise RuntimeError('%s failed (%d):\n%s\n%s' % (' '.join(cmd), p.returncode, p.stdout[-4000:],
-                                                        p.stderr[-4000:]))
-    return parse_result(p.stdout, 'ddp-bound')
+    return run_launched(args, launcher, np, model, 'ddp', env, 'ddp-bound')
 
 
 def run_spawned(args, kind, np, model):
