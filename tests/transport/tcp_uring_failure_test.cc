@@ -174,6 +174,66 @@ TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
   expectAllOk(errors);
 }
 
+// Rank 1 goes silent; rank 2 waits for it, and rank 0 waits for rank 2 with a shorter timeout,
+// so rank 0 times out first. Rank 2's WAITING notice tells rank 0 that rank 2 is alive, and rank
+// 0 blames rank 1, not rank 2.
+TEST(TcpUringFailure, TimeoutBlamesTheRankAtTheEndOfAWaitChain) {
+  EnvGuard env;
+  Flag waiting, done;
+  auto errors = runRanks(3, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 1) {
+      done.waitUp(20s);
+      return;
+    }
+    if (me.rank == 2) {
+      waiting.raise();
+      try {
+        me.to(1).irecv(b.region, 0, 8, 1)->wait(4s);
+        ADD_FAILURE() << "expected IoError";
+      } catch (const IoError& e) {
+        EXPECT_EQ(e.peerRank(), 1) << e.what();
+      }
+      return;
+    }
+    ASSERT_TRUE(waiting.waitUp());
+    try {
+      me.to(2).irecv(b.region, 0, 8, 1)->wait(3s);  // rank 2's notice comes at 2 s
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.peerRank(), 1) << what;
+      EXPECT_NE(what.find("from rank 2: rank 2 is alive but said it had waited"), std::string::npos) << what;
+      EXPECT_NE(what.find("for rank 1; rank 1 sent nothing for"), std::string::npos) << what;
+    }
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+// Two ranks each wait for the other (different collectives): the one that times out says so.
+TEST(TcpUringFailure, MutualWaitIsReportedAsMismatchedCalls) {
+  EnvGuard env;
+  Flag done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    try {
+      me.to(1 - me.rank).irecv(b.region, 0, 8, 1)->wait(me.rank == 0 ? 2s : 1s);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.peerRank(), 1 - me.rank) << what;
+      if (me.rank == 0) {  // rank 1 told rank 0 at 0.5 s that it waits for rank 0
+        EXPECT_NE(what.find("which waits for it: the ranks are running different collectives"), std::string::npos)
+            << what;
+      }
+    }
+    if (me.rank == 0) done.raise();
+    if (me.rank == 1) done.waitUp();  // closing its sockets first would fail rank 0 differently
+  });
+  expectAllOk(errors);
+}
+
 // Not a timing test: only that a waiting rank blocks in the kernel instead of spinning.
 TEST(TcpUringFailure, WaitingRankSleeps) {
   EnvGuard env;

@@ -39,7 +39,7 @@ struct PeerLink::SocketState {
   size_t iovFirst = 0;
   msghdr msg{};
   size_t batchBytes = 0, batchSent = 0;
-  OutFrame* abortFrame = nullptr;
+  OutFrame* control = nullptr;  // an ABORT or WAITING frame to send at the next frame boundary
   // recv side
   bool recvBusy = false;
   bool stalled = false;
@@ -116,9 +116,9 @@ void PeerLink::postSend(RequestState& r) {
 void PeerLink::pump(SocketState& s) {
   if (s.sendBusy || !s.batch.empty() || s.down) return;
   size_t zcMin = engine_.tuning().zeroCopyMinBytes;
-  if (s.abortFrame != nullptr) {
-    s.batch.push_back(s.abortFrame);
-    s.abortFrame = nullptr;
+  if (s.control != nullptr) {
+    s.batch.push_back(s.control);
+    s.control = nullptr;
   } else {
     if (engine_.poisoned() || sendQueue_.empty()) return;
     size_t bytes = 0;
@@ -217,10 +217,7 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
     if (res == -ECANCELED || engine_.poisoned()) {
       s.dirty = s.dirty || s.batchSent != 0;
       finishBatch(s, true);
-      if (s.dirty) {
-        if (s.abortFrame != nullptr) engine_.frames().put(s.abortFrame);
-        s.abortFrame = nullptr;
-      }
+      if (s.dirty) dropControl(s);
       pump(s);  // a queued ABORT may still go out on a clean stream
       return;
     }
@@ -229,8 +226,7 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
                                           "): the process of rank ", rank_, " exited, crashed or reset the connection"));
     s.dirty = true;
     finishBatch(s, true);
-    if (s.abortFrame != nullptr) engine_.frames().put(s.abortFrame);
-    s.abortFrame = nullptr;
+    dropControl(s);
     return;
   }
   s.batchSent += static_cast<size_t>(res);
@@ -260,23 +256,47 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
   pump(s);
 }
 
+void PeerLink::dropControl(SocketState& s) {
+  if (s.control != nullptr) engine_.frames().put(s.control);
+  s.control = nullptr;
+}
+
+bool PeerLink::queueControl(SocketState& s, const FrameHeader& header, std::string text) {
+  if (s.dirty || s.down || !s.sock.valid()) return false;
+  if (s.control != nullptr) {
+    if (s.control->header.type == static_cast<uint8_t>(FrameType::kAbort)) return false;  // an ABORT stays
+    dropControl(s);  // an ABORT replaces a WAITING notice not sent yet
+  }
+  OutFrame* f = engine_.frames().get();
+  f->text = std::move(text);
+  f->header = header;
+  f->payload = reinterpret_cast<const std::byte*>(f->text.data());
+  s.control = f;
+  pump(s);
+  return true;
+}
+
 void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
+  std::string t = text.substr(0, kMaxAbortText);
   for (auto& s : sockets_) {
-    if (s->dirty || s->down || !s->sock.valid() || s->abortFrame != nullptr) continue;
-    OutFrame* f = engine_.frames().get();
-    f->text = text.substr(0, kMaxAbortText);
-    f->header = FrameHeader{kFrameMagic, static_cast<uint8_t>(FrameType::kAbort), static_cast<uint8_t>(kind), 0, 0,
-                            0, 0, f->text.size(), 0, f->text.size()};
-    f->payload = reinterpret_cast<const std::byte*>(f->text.data());
-    s->abortFrame = f;
-    pump(*s);
+    queueControl(*s, FrameHeader{kFrameMagic, static_cast<uint8_t>(FrameType::kAbort), static_cast<uint8_t>(kind),
+                                 0, 0, 0, 0, t.size(), 0, t.size()},
+                 t);
+  }
+}
+
+void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited) {
+  const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, 0, 0,
+                      static_cast<uint64_t>(waitedOn), 0, static_cast<uint64_t>(waited.count()), 0, 0};
+  for (auto& s : sockets_) {
+    if (queueControl(*s, h, {})) return;  // one socket is enough
   }
 }
 
 bool PeerLink::abortsPending() const {
   for (auto& s : sockets_) {
     if (s->down || s->dirty) continue;  // it will never go out
-    if (s->abortFrame != nullptr) return true;
+    if (s->control != nullptr && s->control->header.type == static_cast<uint8_t>(FrameType::kAbort)) return true;
     for (OutFrame* f : s->batch) {
       if (f->header.type == static_cast<uint8_t>(FrameType::kAbort)) return true;
     }
@@ -330,6 +350,7 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
     return;
   }
   lastHeard_ = std::chrono::steady_clock::now();
+  waiting_ = {};  // the peer sent something: its notice (if this recv holds one) is parsed again
   if (!direct) {
     s.end += static_cast<size_t>(res);
     parse(s);
@@ -402,6 +423,12 @@ void PeerLink::parse(SocketState& s) {
       s.begin += kHeader + h.length;
       engine_.onPeerAbort(rank_, static_cast<ErrorKind>(h.kind), text);
       return;
+    }
+    if (h.type == static_cast<uint8_t>(FrameType::kWaiting)) {
+      if (h.length != 0) return protocolError(s, "WAITING frame with a payload");
+      s.begin += kHeader;
+      waiting_ = WaitingNotice{static_cast<int>(h.tag), std::chrono::milliseconds(h.total)};
+      continue;
     }
     if (h.type != static_cast<uint8_t>(FrameType::kData)) return protocolError(s, "unknown frame type");
     if (h.length > h.total || h.offset > h.total - h.length) return protocolError(s, "chunk outside its message");

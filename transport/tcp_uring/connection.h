@@ -73,6 +73,15 @@ class PeerLink {
   // ABORT frames: one per socket whose stream is at a frame boundary, after its current op.
   void queueAbort(ErrorKind kind, const std::string& text);
   bool abortsPending() const;
+  // Tells this peer that the local rank has waited `waited` for rank `waitedOn` (a WAITING
+  // frame on one socket; see frame.h). Best effort: skipped if no socket can take it.
+  void queueWaiting(int waitedOn, std::chrono::milliseconds waited);
+  // What this peer last said it waits for, as long as it has sent nothing since.
+  struct WaitingNotice {
+    int waitedOn = -1;  // -1: no notice
+    std::chrono::milliseconds waited{0};
+  };
+  const WaitingNotice& waitingNotice() const { return waiting_; }
   void cancelAll();                    // queues an async cancel for every socket with ops in flight
   // Any op still in flight; with countNotifications, also zero-copy notifications still due.
   bool busy(bool countNotifications) const;
@@ -83,6 +92,9 @@ class PeerLink {
  private:
   struct SocketState;
   void pump(SocketState& s);
+  // Puts an ABORT or WAITING frame in the socket's control slot; false if it cannot go there.
+  bool queueControl(SocketState& s, const FrameHeader& header, std::string text);
+  void dropControl(SocketState& s);
   void submitBatch(SocketState& s);
   void onSend(SocketState& s, const OpId& op, int res, uint32_t flags);
   void releaseFrame(OutFrame* f);
@@ -117,6 +129,7 @@ class PeerLink {
   bool gone_ = false;          // the peer closed every socket, or reset one
   std::string failure_;        // why, for requests that still need the peer
   std::chrono::steady_clock::time_point lastHeard_;
+  WaitingNotice waiting_;
 };
 
 class TcpRequest final : public Request {

@@ -19,6 +19,17 @@ namespace ringfold::transport::tcp_uring {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// "2.5" for 2.5 s: durations in error messages.
+std::string seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
 Tuning Tuning::fromEnvironment() {
   Tuning t;
   std::string zc = params::kZeroCopy.str();
@@ -108,6 +119,8 @@ unsigned Engine::progress() {
 void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
+  // Half way to the deadline, every peer hears which rank this one waits for (see frame.h).
+  Clock::time_point noticeAt = start + timeout / 2;
   for (;;) {
     if (r.done) return;
     if (poisoned()) throwPoison();
@@ -127,7 +140,12 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
     }
     if (got) continue;
     if (now >= deadline) break;
-    int ret = ring_->wait(deadline - now);
+    if (now >= noticeAt) {
+      announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
+      noticeAt = Clock::time_point::max();
+      continue;
+    }
+    int ret = ring_->wait(std::min(deadline, noticeAt) - now);
     if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
       poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
     }
@@ -135,20 +153,47 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   progress();
   if (r.done) return;
   if (poisoned()) throwPoison();
-  int peer = r.peer->rank();
-  auto seconds = [](Clock::duration d) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
-    return std::string(buf);
-  };
-  std::string waited = seconds(Clock::now() - start);
-  std::string silent = seconds(Clock::now() - r.peer->lastHeard());
-  std::string what = detail::concat(
-      "timed out after ", waited, " s ", r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag,
-      ") ", r.isSend ? "to" : "from", " rank ", peer, ": rank ", peer, " sent nothing for ", silent, " s (",
-      params::kTimeout.name, " is ", seconds(tuning_.timeout), " s)");
-  poisonIo(peer, what);
+  const int peer = r.peer->rank();
+  std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
+                                    r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
+                                    r.isSend ? "to" : "from", " rank ", peer, ": ");
+  const int culprit = blame(peer, what);
+  poisonIo(culprit, detail::concat(what, " (", params::kTimeout.name, " is ", seconds(tuning_.timeout), " s)"));
   throwPoison();
+}
+
+void Engine::announceWaiting(int waitedOn, std::chrono::milliseconds waited) {
+  for (auto& p : peers_) {
+    if (p) p->queueWaiting(waitedOn, waited);
+  }
+}
+
+int Engine::blame(int peer, std::string& what) const {
+  // Follow the WAITING notices from `peer`: a rank that said it waits for another is alive, and
+  // the one at the end of the chain is the one that went silent.
+  std::vector<bool> seen(peers_.size(), false);
+  int at = peer;
+  for (;;) {
+    seen[at] = true;
+    const auto& notice = peers_[at]->waitingNotice();
+    const int next = notice.waitedOn;
+    if (next < 0 || next >= static_cast<int>(peers_.size())) break;
+    what += detail::concat("rank ", at, " is alive but said it had waited ", seconds(notice.waited), " s for ");
+    if (next == rank_) {
+      what += detail::concat("this rank (", rank_,
+                             "), which waits for it: the ranks are running different collectives, or the same "
+                             "ones in a different order");
+      return peer;
+    }
+    what += detail::concat("rank ", next, "; ");
+    if (seen[next]) {
+      what += "the ranks wait for each other in a cycle: they are running different collectives";
+      return peer;
+    }
+    at = next;
+  }
+  what += detail::concat("rank ", at, " sent nothing for ", seconds(Clock::now() - peers_[at]->lastHeard()), " s");
+  return at;
 }
 
 void Engine::poison(std::exception_ptr error) noexcept {

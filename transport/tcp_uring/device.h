@@ -12,6 +12,10 @@
 // first sends an ABORT frame (kind + text) to every peer, waiting at most 2 s for them to leave,
 // then poisons; an ABORT received from rank P poisons with throwError(kind, P, text). The
 // destructor cancels everything and closes the sockets without waiting on dead peers.
+//
+// Blame: a wait that has lasted half its timeout sends every peer a WAITING notice naming the
+// rank it waits for. A wait that times out on rank P follows P's notice (and the next one's) to
+// the rank that really went silent, so a rank stuck behind a stopped one is not blamed for it.
 #pragma once
 
 #include <chrono>
@@ -100,6 +104,11 @@ class Engine {
   bool abortsSent() const;
   bool idle() const { return !anyBusy(); }
   bool idleWithNotifications() const;
+  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`.
+  void announceWaiting(int waitedOn, std::chrono::milliseconds waited);
+  // A wait on `peer` timed out: appends to `what` who went silent, following the peers' WAITING
+  // notices past ranks that are alive but stuck, and returns the rank to blame.
+  int blame(int peer, std::string& what) const;
 
   Tuning tuning_;
   std::unique_ptr<RingLoop> ring_;

@@ -9,6 +9,11 @@
 //   chunk   : the frames of one message; they may arrive on different sockets in any order.
 //   ABORT   : a frame whose payload is an error message (kind in `kind`); it poisons the
 //             receiving device.
+//   WAITING : a frame without payload that a rank sends every peer once one of its waits has
+//             lasted half its timeout: `tag` is the rank it waits for, `total` how long it has
+//             waited (ms). A peer that then times out on this rank follows these notices to the
+//             rank that actually went silent, instead of blaming a healthy rank that is itself
+//             stuck behind it. Any later byte from the sender withdraws its notice.
 // Byte order is the host's (little-endian clusters only; checked at compile time).
 #pragma once
 
@@ -26,7 +31,7 @@ static_assert(std::endian::native == std::endian::little, "tcp_uring's wire form
 constexpr uint16_t kFrameMagic = 0x5246;  // "RF"
 constexpr size_t kMaxAbortText = 4000;
 
-enum class FrameType : uint8_t { kData = 1, kAbort = 2 };
+enum class FrameType : uint8_t { kData = 1, kAbort = 2, kWaiting = 3 };
 
 struct FrameHeader {
   uint16_t magic;
@@ -49,7 +54,7 @@ struct RequestState;
 struct OutFrame {
   FrameHeader header{};
   const std::byte* payload = nullptr;
-  RequestState* request = nullptr;  // null for ABORT frames
+  RequestState* request = nullptr;  // null for ABORT and WAITING frames
   std::string text;                 // ABORT payload
   uint32_t index = 0;
   uint32_t notifs = 0;    // zero-copy notifications still due
