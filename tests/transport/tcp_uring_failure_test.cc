@@ -211,6 +211,35 @@ TEST(TcpUringFailure, TimeoutBlamesTheRankAtTheEndOfAWaitChain) {
   expectAllOk(errors);
 }
 
+// Rank 1 waits long enough for rank 0 to send its notice, then gets its message and goes quiet.
+// Its notice is withdrawn when the wait ends, so rank 2, timing out on rank 1 later, blames rank
+// 1 and not rank 0.
+TEST(TcpUringFailure, NoticeIsWithdrawnWhenTheWaitEnds) {
+  EnvGuard env;
+  Flag done;
+  auto errors = runRanks(3, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 0) {
+      std::this_thread::sleep_for(1300ms);
+      me.to(1).isend(b.region, 0, 8, 1)->wait(10s);
+    } else if (me.rank == 1) {
+      me.to(0).irecv(b.region, 0, 8, 1)->wait(2s);  // its notice goes out at 1 s
+    } else {
+      try {
+        me.to(1).irecv(b.region, 0, 8, 1)->wait(3s);
+        ADD_FAILURE() << "expected IoError";
+      } catch (const IoError& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.peerRank(), 1) << what;
+        EXPECT_NE(what.find("from rank 1: rank 1 sent nothing for"), std::string::npos) << what;
+      }
+      done.raise();
+    }
+    done.waitUp();
+  });
+  expectAllOk(errors);
+}
+
 // Two ranks each wait for the other (different collectives): the one that times out says so.
 TEST(TcpUringFailure, MutualWaitIsReportedAsMismatchedCalls) {
   EnvGuard env;

@@ -287,7 +287,8 @@ void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
 
 void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited) {
   const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, 0, 0,
-                      static_cast<uint64_t>(waitedOn), 0, static_cast<uint64_t>(waited.count()), 0, 0};
+                      waitedOn < 0 ? kNoRank : static_cast<uint64_t>(waitedOn), 0,
+                      static_cast<uint64_t>(waited.count()), 0, 0};
   for (auto& s : sockets_) {
     if (queueControl(*s, h, {})) return;  // one socket is enough
   }
@@ -427,7 +428,8 @@ void PeerLink::parse(SocketState& s) {
     if (h.type == static_cast<uint8_t>(FrameType::kWaiting)) {
       if (h.length != 0) return protocolError(s, "WAITING frame with a payload");
       s.begin += kHeader;
-      waiting_ = WaitingNotice{static_cast<int>(h.tag), std::chrono::milliseconds(h.total)};
+      waiting_ = {};
+      if (h.tag != kNoRank) waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total)};
       continue;
     }
     if (h.type != static_cast<uint8_t>(FrameType::kData)) return protocolError(s, "unknown frame type");

@@ -121,8 +121,12 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = start + timeout;
   // Half way to the deadline, every peer hears which rank this one waits for (see frame.h).
   Clock::time_point noticeAt = start + timeout / 2;
+  bool announced = false;
   for (;;) {
-    if (r.done) return;
+    if (r.done) {
+      if (announced) announceWaiting(-1, {});  // withdrawn: a stale notice would misdirect blame
+      return;
+    }
     if (poisoned()) throwPoison();
     if (progress() > 0) continue;
     Clock::time_point now = Clock::now();
@@ -142,6 +146,7 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
     if (now >= deadline) break;
     if (now >= noticeAt) {
       announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
+      announced = true;
       noticeAt = Clock::time_point::max();
       continue;
     }
@@ -151,7 +156,10 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
     }
   }
   progress();
-  if (r.done) return;
+  if (r.done) {
+    if (announced) announceWaiting(-1, {});
+    return;
+  }
   if (poisoned()) throwPoison();
   const int peer = r.peer->rank();
   std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
@@ -166,6 +174,7 @@ void Engine::announceWaiting(int waitedOn, std::chrono::milliseconds waited) {
   for (auto& p : peers_) {
     if (p) p->queueWaiting(waitedOn, waited);
   }
+  ring_->submit();
 }
 
 int Engine::blame(int peer, std::string& what) const {

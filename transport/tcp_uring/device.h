@@ -14,8 +14,9 @@
 // destructor cancels everything and closes the sockets without waiting on dead peers.
 //
 // Blame: a wait that has lasted half its timeout sends every peer a WAITING notice naming the
-// rank it waits for. A wait that times out on rank P follows P's notice (and the next one's) to
-// the rank that really went silent, so a rank stuck behind a stopped one is not blamed for it.
+// rank it waits for, and withdraws it when the wait ends. A wait that times out on rank P follows
+// P's notice (and the next one's) to the rank that really went silent, so a rank stuck behind a
+// stopped one is not blamed for it.
 #pragma once
 
 #include <chrono>
@@ -104,7 +105,8 @@ class Engine {
   bool abortsSent() const;
   bool idle() const { return !anyBusy(); }
   bool idleWithNotifications() const;
-  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`.
+  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`
+  // (-1: the wait is over, forget the last notice).
   void announceWaiting(int waitedOn, std::chrono::milliseconds waited);
   // A wait on `peer` timed out: appends to `what` who went silent, following the peers' WAITING
   // notices past ranks that are alive but stuck, and returns the rank to blame.

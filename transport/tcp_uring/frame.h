@@ -13,7 +13,8 @@
 //             lasted half its timeout: `tag` is the rank it waits for, `total` how long it has
 //             waited (ms). A peer that then times out on this rank follows these notices to the
 //             rank that actually went silent, instead of blaming a healthy rank that is itself
-//             stuck behind it. Any later byte from the sender withdraws its notice.
+//             stuck behind it. A WAITING frame with `tag` kNoRank (sent when the wait ends), or
+//             any later byte from the sender, withdraws its notice.
 // Byte order is the host's (little-endian clusters only; checked at compile time).
 #pragma once
 
@@ -30,6 +31,7 @@ static_assert(std::endian::native == std::endian::little, "tcp_uring's wire form
 
 constexpr uint16_t kFrameMagic = 0x5246;  // "RF"
 constexpr size_t kMaxAbortText = 4000;
+constexpr uint64_t kNoRank = ~uint64_t{0};  // WAITING: the wait is over
 
 enum class FrameType : uint8_t { kData = 1, kAbort = 2, kWaiting = 3 };
 
