@@ -17,17 +17,9 @@ P=${RF_NETNS_PREFIX:-rfh}
 
 usage() { sed -n '2,14p' "$0" >&2; exit 2; }
 
-down() {
-  local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}([0-9]+|br)\$" || true); do
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  # veth ends still in the root namespace (a failed `up` between create and move).
-  local link
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${P}[vp][0-9]+\$" || true); do
-    ip link del "$link" 2>/dev/null || true
-  done
-}
+# shellcheck source=../../scripts/netns_lib.sh
+source "$(dirname "$0")/../../scripts/netns_lib.sh"
+down() { netns_down "$P" "[0-9]+"; }
 
 # tc rate (e.g. 1gbit, 500mbit, 10gbit) -> bytes per second, for sizing the token bucket.
 rate_bytes() {
@@ -61,20 +53,9 @@ up() {
   [[ $n =~ ^[0-9]+$ ]] && (( n >= 1 && n <= 250 )) || { echo "N must be 1..250" >&2; exit 2; }
   down
   trap 'echo "netns_cluster: setup failed, tearing down" >&2; down' ERR
-  ip netns add "${P}br"
-  ip -n "${P}br" link add br0 type bridge
-  ip -n "${P}br" link set br0 up
-  ip -n "${P}br" link set lo up
+  netns_bridge "$P"
   for ((i = 0; i < n; i++)); do
-    ip netns add "${P}$i"
-    ip -n "${P}$i" link set lo up
-    ip link add "${P}v$i" type veth peer name "${P}p$i"
-    ip link set "${P}v$i" netns "${P}$i"
-    ip link set "${P}p$i" netns "${P}br"
-    ip -n "${P}br" link set "${P}p$i" master br0
-    ip -n "${P}br" link set "${P}p$i" up
-    ip -n "${P}$i" addr add "10.88.0.$((1 + i))/24" dev "${P}v$i"
-    ip -n "${P}$i" link set "${P}v$i" up
+    netns_host "$P" "$i" "$i" "10.88.0.$((1 + i))/24"
     if [[ -n "$rate" ]]; then
       shape "${P}$i" "${P}v$i" "$rate" "$delay"     # host -> bridge (upload)
       shape "${P}br" "${P}p$i" "$rate" "$delay"     # bridge -> host (download)
@@ -85,7 +66,7 @@ up() {
 
 status() {
   local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}([0-9]+|br)\$" || true); do
+  for ns in $(netns_list "$P" "[0-9]+"); do
     echo "== $ns"; ip netns exec "$ns" tc qdisc show | grep -v "qdisc noqueue" || true
   done
 }

@@ -23,16 +23,12 @@ op=${1:-}; P=${2:-}
 SSHD=${SSHD:-/usr/sbin/sshd}
 PORT=2222
 
+# shellcheck source=../../scripts/netns_lib.sh
+source "$(dirname "$0")/../../scripts/netns_lib.sh"
+
 down() {
-  local dir=${1:-} ns pid
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}(h[0-9]+|br)\$" || true); do
-    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$pid" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  local link
-  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${P}[vp][0-9]+\$" || true); do
-    ip link del "$link" 2>/dev/null || true
-  done
+  local dir=${1:-}
+  netns_down "$P" "h[0-9]+"
   if [[ -n "$dir" && -d "$dir" ]]; then rm -rf -- "$dir"; fi
 }
 
@@ -49,21 +45,10 @@ up() {
   cp "$dir/id_user.pub" "$dir/authorized_keys"
   mkdir -p "$dir/home"
   : > "$dir/known_hosts"
-  ip netns add "${P}br"
-  ip -n "${P}br" link add br0 type bridge
-  ip -n "${P}br" link set br0 up
+  netns_bridge "$P"
   for ((i = 1; i <= n; i++)); do
     ns="${P}h$i"; ip="10.89.0.$i"
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    ip link add "${P}v$i" type veth peer name "${P}p$i"
-    ip link set "${P}v$i" netns "$ns"
-    ip link set "${P}p$i" netns "${P}br"
-    ip -n "$ns" link set "${P}v$i" name eth0
-    ip -n "${P}br" link set "${P}p$i" master br0
-    ip -n "${P}br" link set "${P}p$i" up
-    ip -n "$ns" addr add "$ip/24" dev eth0
-    ip -n "$ns" link set eth0 up
+    netns_host "$P" "h$i" "$i" "$ip/24" eth0
     mkdir -p "$dir/h$i"
     ssh-keygen -q -t ed25519 -N '' -C "h$i" -f "$dir/h$i/host_key"
     echo "[$ip]:$PORT $(cut -d' ' -f1,2 "$dir/h$i/host_key.pub")" >> "$dir/known_hosts"
