@@ -26,12 +26,15 @@ namespace ringfold::test {
 using namespace std::chrono_literals;
 
 // Sets environment variables for the lifetime of the guard and restores them afterwards. The
-// store-address variables are always cleared so devices listen on 127.0.0.1 only.
+// store-address variables are always cleared so devices listen on 127.0.0.1 only, and
+// RINGFOLD_LOCAL_TRANSPORT is tcp unless the guard names it: these ranks share a host, and the
+// tests are about TCP unless they ask for Unix sockets.
 class EnvGuard {
  public:
   EnvGuard() : EnvGuard(std::initializer_list<std::pair<const char*, const char*>>{}) {}
   EnvGuard(std::initializer_list<std::pair<const char*, const char*>> list) {
     std::map<std::string, std::string> vars;
+    vars["RINGFOLD_LOCAL_TRANSPORT"] = "tcp";
     for (auto& [k, v] : list) vars[k] = v;
     for (const char* name : {"RINGFOLD_STORE_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "MASTER_ADDR",
                              "RINGFOLD_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {

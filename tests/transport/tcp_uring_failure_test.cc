@@ -432,6 +432,16 @@ TEST(TcpUringFailure, BadSettingsNameTheVariable) {
     EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "0"}};
     EXPECT_THROW(transport::createDevice("tcp_uring"), InvalidArgument);
   }
+  {
+    EnvGuard env{{"RINGFOLD_LOCAL_TRANSPORT", "shm"}};
+    try {
+      transport::createDevice("tcp_uring");
+      ADD_FAILURE() << "RINGFOLD_LOCAL_TRANSPORT=shm was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='shm' is not unix or tcp"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -173,9 +173,10 @@ TEST(TcpUringProcesses, MeshOfFourExchangesData) {
 }
 
 // Ranks 0 and 1 exchange 4 MiB both ways with rank 2 in a loop (rank 2 is their only peer, so
-// it is the one to blame); the parent then kills or freezes rank 2.
-void victimScenario(bool freeze) {
-  EnvGuard env{{"RINGFOLD_TIMEOUT", "3"}, {"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+// it is the one to blame); the parent then kills or freezes rank 2. `local`: the ranks are
+// joined by TCP or by Unix sockets (RINGFOLD_LOCAL_TRANSPORT).
+void victimScenario(bool freeze, const char* local) {
+  EnvGuard env{{"RINGFOLD_TIMEOUT", "3"}, {"RINGFOLD_SOCKETS_PER_PEER", "2"}, {"RINGFOLD_LOCAL_TRANSPORT", local}};
   Job job(3);
   job.start(
       [](int rank, transport::Device& device, auto& peers, auto& say) {
@@ -276,8 +277,10 @@ TEST(TcpUringProcesses, IoUringForbiddenIsExplained) {
   EXPECT_NE(got.find("RINGFOLD_TRANSPORT=loopback"), std::string::npos) << got;
 }
 
-TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false); }
-TEST(TcpUringProcesses, FrozenPeerIsNamedWithinTheTimeout) { victimScenario(true); }
+TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false, "tcp"); }
+TEST(TcpUringProcesses, FrozenPeerIsNamedWithinTheTimeout) { victimScenario(true, "tcp"); }
+TEST(TcpUringProcesses, KilledPeerOverUnixSocketsIsNamedWithinTheTimeout) { victimScenario(false, "unix"); }
+TEST(TcpUringProcesses, FrozenPeerOverUnixSocketsIsNamedWithinTheTimeout) { victimScenario(true, "unix"); }
 
 }  // namespace
 }  // namespace ringfold::test

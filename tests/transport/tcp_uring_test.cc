@@ -3,11 +3,15 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <thread>
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
+#include <sstream>
+#include <tuple>
 
 #include "tcp_test_util.h"
 #include "rendezvous/hash_store.h"
@@ -33,11 +37,12 @@ void waitAll(std::vector<std::unique_ptr<Request>>& reqs, std::chrono::milliseco
 
 // ---- point to point -----------------------------------------------------------------------
 
-class SizesAndSockets : public ::testing::TestWithParam<int> {};
+// (sockets per peer, RINGFOLD_LOCAL_TRANSPORT)
+class SizesAndSockets : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(SizesAndSockets, EverySizeArrivesIntact) {
-  std::string sockets = std::to_string(GetParam());
-  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", sockets.c_str()}};
+  std::string sockets = std::to_string(std::get<0>(GetParam()));
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", sockets.c_str()}, {"RINGFOLD_LOCAL_TRANSPORT", std::get<1>(GetParam())}};
   const std::vector<size_t> sizes = {0, 1, 4097, (1u << 20) + 7, 64u << 20};
   auto errors = runRanks(2, [&](Rank& me) {
     std::vector<std::unique_ptr<Buffer>> bufs;
@@ -61,8 +66,10 @@ TEST_P(SizesAndSockets, EverySizeArrivesIntact) {
   expectAllOk(errors);
 }
 
-INSTANTIATE_TEST_SUITE_P(TcpUring, SizesAndSockets, ::testing::Values(1, 4),
-                         [](const auto& info) { return std::to_string(info.param) + "Sockets"; });
+INSTANTIATE_TEST_SUITE_P(TcpUring, SizesAndSockets, ::testing::Combine(::testing::Values(1, 4), ::testing::Values("tcp", "unix")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "Sockets_" + std::get<1>(info.param);
+                         });
 
 TEST(TcpUring, OffsetsWithinARegion) {
   EnvGuard env;
@@ -288,11 +295,12 @@ TEST(TcpUring, SingleRankHasNoPeers) {
   EXPECT_FALSE(device->aborted());
 }
 
-class Mesh : public ::testing::TestWithParam<int> {};
+// (ranks, RINGFOLD_LOCAL_TRANSPORT)
+class Mesh : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
 
 TEST_P(Mesh, EveryPairExchanges) {
-  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
-  const int n = GetParam();
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}, {"RINGFOLD_LOCAL_TRANSPORT", std::get<1>(GetParam())}};
+  const int n = std::get<0>(GetParam());
   auto errors = runRanks(n, [&](Rank& me) {
     std::vector<std::unique_ptr<Buffer>> out(n), in(n);
     std::vector<std::unique_ptr<Request>> reqs;
@@ -314,15 +322,177 @@ TEST_P(Mesh, EveryPairExchanges) {
   expectAllOk(errors);
 }
 
-INSTANTIATE_TEST_SUITE_P(TcpUring, Mesh, ::testing::Values(3, 5),
-                         [](const auto& info) { return std::to_string(info.param) + "Ranks"; });
+INSTANTIATE_TEST_SUITE_P(TcpUring, Mesh, ::testing::Combine(::testing::Values(3, 5), ::testing::Values("tcp", "unix")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "Ranks_" + std::get<1>(info.param);
+                         });
+
+// ---- same-host peers: Unix sockets or TCP -------------------------------------------------
+
+namespace tu = transport::tcp_uring;
+
+// Meshes two ranks (threads) with the given options; returns each rank's socket to the other.
+std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu::MeshOptions& for1) {
+  rendezvous::HashStore store;
+  std::vector<std::vector<tu::Socket>> zeros, ones;
+  std::exception_ptr err;
+  std::thread one([&] {
+    try {
+      tu::MeshOptions o = for1;
+      o.rank = 1;
+      ones = tu::connectMesh(store, o);
+    } catch (...) {
+      err = std::current_exception();
+    }
+  });
+  tu::MeshOptions o = for0;
+  o.rank = 0;
+  zeros = tu::connectMesh(store, o);
+  one.join();
+  if (err) std::rethrow_exception(err);
+  return {std::move(zeros[1][0]), std::move(ones[0][0])};
+}
+
+tu::MeshOptions pairOptions() {
+  tu::MeshOptions o;
+  o.prefix = "pair";
+  o.size = 2;
+  o.listenAddress = "127.0.0.1";
+  o.timeout = 10s;
+  return o;
+}
+
+TEST(TcpUringMesh, HostIdentityNamesBootAndNetworkNamespace) {
+  std::string id = tu::hostIdentity();
+  ASSERT_FALSE(id.empty()) << "no /proc/sys/kernel/random/boot_id or /proc/self/ns/net here";
+  EXPECT_EQ(id, tu::hostIdentity());
+  EXPECT_EQ(id.find(' '), std::string::npos) << id;  // it is one field of the published address
+  EXPECT_NE(id.find('.'), std::string::npos) << id;
+}
+
+TEST(TcpUringMesh, SameHostPeersAreJoinedByUnixSockets) {
+  EnvGuard env;
+  auto [at0, at1] = meshPair(pairOptions(), pairOptions());
+  EXPECT_TRUE(tu::isUnixSocket(at0.fd()));
+  EXPECT_TRUE(tu::isUnixSocket(at1.fd()));
+  char byte = 0;
+  ASSERT_EQ(::send(at1.fd(), "u", 1, MSG_NOSIGNAL), 1);
+  ASSERT_EQ(::recv(at0.fd(), &byte, 1, 0), 1);
+  EXPECT_EQ(byte, 'u');
+}
+
+TEST(TcpUringMesh, EitherRankAskingForTcpGetsTcp) {
+  EnvGuard env;
+  for (int which = 0; which < 2; ++which) {
+    tu::MeshOptions a = pairOptions(), b = pairOptions();
+    (which == 0 ? a : b).localUnix = false;
+    auto [at0, at1] = meshPair(a, b);
+    EXPECT_FALSE(tu::isUnixSocket(at0.fd())) << "rank " << which << " asked for tcp";
+    EXPECT_FALSE(tu::isUnixSocket(at1.fd())) << "rank " << which << " asked for tcp";
+  }
+}
+
+// Ranks in other network namespaces or on other machines cannot reach an abstract Unix socket:
+// a different host identity means TCP.
+TEST(TcpUringMesh, PeersOnAnotherHostUseTcp) {
+  EnvGuard env;
+  tu::MeshOptions a = pairOptions(), b = pairOptions();
+  b.hostId = "another-boot.0:0";
+  auto [at0, at1] = meshPair(a, b);
+  EXPECT_FALSE(tu::isUnixSocket(at0.fd()));
+  EXPECT_FALSE(tu::isUnixSocket(at1.fd()));
+}
 
 
 // A process that never read the store (so does not hold the job secret) connects to a rank's
 // published port first and claims to be rank 0: the rank drops it (the hello lacks the mesh's
 // token) and still meshes with the real rank 0.
+// A store whose readers see every published Unix socket name replaced by one nobody listens on.
+class BrokenUnixNameStore : public rendezvous::HashStore {
+ public:
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::vector<uint8_t> v = HashStore::get(key, timeout);
+    std::string text(v.begin(), v.end());
+    auto last = text.rfind(' ');
+    if (key.find("/addr/") == std::string::npos || last == std::string::npos) return v;
+    text = text.substr(0, last + 1) + "ringfold-nobody-listens-here";
+    return {text.begin(), text.end()};
+  }
+};
+
+// A Unix socket that refuses the connection (here: no such name; in life, a security module)
+// makes the connecting rank use TCP for that peer instead of retrying until the timeout.
+TEST(TcpUringMesh, UnreachableUnixSocketFallsBackToTcp) {
+  EnvGuard env;
+  BrokenUnixNameStore store;
+  std::vector<std::vector<tu::Socket>> zeros, ones;
+  std::thread one([&] {
+    tu::MeshOptions o = pairOptions();
+    o.rank = 1;
+    ones = tu::connectMesh(store, o);
+  });
+  tu::MeshOptions o = pairOptions();
+  auto start = std::chrono::steady_clock::now();
+  zeros = tu::connectMesh(store, o);
+  one.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  ASSERT_TRUE(zeros[1][0].valid());
+  EXPECT_FALSE(tu::isUnixSocket(zeros[1][0].fd()));
+  EXPECT_FALSE(tu::isUnixSocket(ones[0][0].fd()));
+}
+
+// The published "ip:port token host unix-name" of `rank`, split at spaces.
+std::vector<std::string> publishedFields(rendezvous::Store& store, const std::string& key) {
+  std::istringstream in(store.getString(key, 5s));
+  std::vector<std::string> fields;
+  for (std::string f; in >> f;) fields.push_back(f);
+  return fields;
+}
+
+// The forged hello of the test below; true if it was dropped (closed without an answer).
+bool forgedHelloDropped(tu::Socket& intruder) {
+  tu::wire::Hello forged{tu::wire::kHelloMagic, 0, 2, 0, 1, 0, {}};
+  if (::send(intruder.fd(), &forged, sizeof forged, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof forged)) return false;
+  timeval tv{5, 0};
+  setsockopt(intruder.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char byte;
+  return ::recv(intruder.fd(), &byte, 1, 0) == 0;
+}
+
+// The same through the Unix socket a rank listens on: its name is public (/proc/net/unix), the
+// token is not.
+TEST(TcpUringMesh, HelloWithoutTheTokenIsDroppedOnTheUnixSocket) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  tu::MeshOptions o = pairOptions();
+  std::vector<std::vector<tu::Socket>> ones;
+  std::thread one([&] {
+    tu::MeshOptions mine = o;
+    mine.rank = 1;
+    ones = tu::connectMesh(store, mine);
+  });
+  auto fields = publishedFields(store, "pair/addr/1");
+  ASSERT_EQ(fields.size(), 4u);
+  EXPECT_EQ(fields[2], tu::hostIdentity());
+  ASSERT_NE(fields[3], "-");
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, fields[3].data(), fields[3].size());
+  tu::Socket intruder(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(::connect(intruder.fd(), reinterpret_cast<sockaddr*>(&a),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + fields[3].size())),
+            0)
+      << std::strerror(errno);
+  EXPECT_TRUE(forgedHelloDropped(intruder)) << "the forged hello was answered instead of dropped";
+  tu::MeshOptions mine = o;
+  mine.rank = 0;
+  auto zeros = tu::connectMesh(store, mine);
+  one.join();
+  ASSERT_TRUE(zeros[1][0].valid());
+  EXPECT_TRUE(tu::isUnixSocket(zeros[1][0].fd()));
+}
+
 TEST(TcpUringMesh, HelloWithoutTheTokenIsDropped) {
-  namespace tu = transport::tcp_uring;
   EnvGuard env;
   rendezvous::HashStore store;
   tu::MeshOptions o;
@@ -344,12 +514,8 @@ TEST(TcpUringMesh, HelloWithoutTheTokenIsDropped) {
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   tu::Socket intruder(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ASSERT_EQ(::connect(intruder.fd(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  tu::wire::Hello forged{tu::wire::kHelloMagic, 0, 2, 0, 1, 0, {}};
-  ASSERT_EQ(::send(intruder.fd(), &forged, sizeof forged, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof forged));
-  timeval tv{5, 0};
-  setsockopt(intruder.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  EXPECT_TRUE(forgedHelloDropped(intruder)) << "the forged hello was answered instead of dropped";
   char byte;
-  EXPECT_EQ(::recv(intruder.fd(), &byte, 1, 0), 0) << "the forged hello was answered instead of dropped";
 
   tu::MeshOptions mine = o;
   mine.rank = 0;

@@ -63,9 +63,10 @@ PeerLink::PeerLink(Engine& engine, int peerRank, std::vector<Socket> sockets, ui
     sockets_.push_back(std::move(s));
   }
   const Tuning& t = engine.tuning();
-  zeroCopy_ = t.zeroCopy != ZeroCopyMode::kOff && engine.ring().supportsOp(IORING_OP_SENDMSG_ZC);
+  overUnix_ = !sockets_.empty() && isUnixSocket(sockets_[0]->sock.fd());
+  zeroCopy_ = t.zeroCopy != ZeroCopyMode::kOff && !overUnix_ && engine.ring().supportsOp(IORING_OP_SENDMSG_ZC);
   reportCopies_ = t.zeroCopy == ZeroCopyMode::kAuto;
-  if (t.zeroCopy == ZeroCopyMode::kOn && !zeroCopy_) {
+  if (t.zeroCopy == ZeroCopyMode::kOn && !zeroCopy_ && !overUnix_) {
     RF_LOG(kWarning) << "RINGFOLD_ZEROCOPY=on but this kernel has no IORING_OP_SENDMSG_ZC; sends are copied";
   }
 }

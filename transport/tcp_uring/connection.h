@@ -10,7 +10,8 @@
 //                send CQE. Under RINGFOLD_ZEROCOPY=auto the sends ask the kernel to report copies,
 //                and the first notification saying the data was copied anyway (loopback, NICs
 //                without scatter-gather) turns zero-copy off for that peer; EINVAL/EOPNOTSUPP
-//                resends the frame with a plain sendmsg and turns it off too.
+//                resends the frame with a plain sendmsg and turns it off too. A peer joined by
+//                Unix sockets (same host) never uses it: those have no zero-copy path.
 //   staging    : each socket always has one recv posted into its staging buffer, so a small
 //                message (header + payload) lands with one completion; the payload part of a
 //                large frame that did not fit is received straight into its destination.
@@ -62,6 +63,7 @@ class PeerLink {
   ~PeerLink();
   int rank() const { return rank_; }
   size_t socketCount() const { return sockets_.size(); }
+  bool overUnix() const { return overUnix_; }  // a same-host peer joined by Unix sockets
   std::chrono::steady_clock::time_point lastHeard() const { return lastHeard_; }
 
   void start();                        // posts the first staging recvs
@@ -124,6 +126,7 @@ class PeerLink {
   std::vector<OutFrame*> awaitingNotif_;  // sent zero-copy frames whose notification is due
   size_t notifs_ = 0;
   bool zeroCopy_ = false;
+  bool overUnix_ = false;
   bool reportCopies_ = false;
   bool stalledAny_ = false;
   bool gone_ = false;          // the peer closed every socket, or reset one

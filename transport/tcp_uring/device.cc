@@ -48,6 +48,11 @@ Tuning Tuning::fromEnvironment() {
   t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
   t.timeout = params::kTimeout.asSeconds();
   t.socketBufferBytes = params::kSocketBufferBytes.asBytes();
+  const std::string local = params::kLocalTransport.str();
+  if (local != "unix" && local != "tcp") {
+    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix or tcp");
+  }
+  t.localUnix = local == "unix";
   if (params::kSocketsPerPeer.str() == "auto") {
     t.socketsPerPeer = 0;  // resolved in connect(), once the listen address is known
   } else {
@@ -79,6 +84,7 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   o.listenAddress = listenAddressFromEnvironment();
   if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
   o.socketsPerPeer = tuning_.socketsPerPeer;
+  o.localUnix = tuning_.localUnix;
   o.timeout = timeout;
   std::vector<std::vector<Socket>> mesh = connectMesh(store, o);
   std::vector<PeerLink*> links(size, nullptr);
@@ -96,8 +102,10 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
     if (p) p->start();
   }
   ring_->submit();
-  RF_LOG(kDebug) << "connected to " << size - 1 << " peers, " << tuning_.socketsPerPeer << " sockets each, io_uring "
-                 << ring_->setupName();
+  int local = 0;
+  for (auto& p : peers_) local += (p && p->overUnix()) ? 1 : 0;
+  RF_LOG(kDebug) << "connected to " << size - 1 << " peers (" << local << " on this host over Unix sockets), "
+                 << tuning_.socketsPerPeer << " sockets each, io_uring " << ring_->setupName();
   return links;
 }
 

@@ -1,5 +1,6 @@
-// tcp_uring backend: ranks are processes; each pair is joined by RINGFOLD_SOCKETS_PER_PEER TCP
-// sockets driven by one io_uring per device. See connection.h in this folder for the protocol,
+// tcp_uring backend: ranks are processes; each pair is joined by RINGFOLD_SOCKETS_PER_PEER stream
+// sockets driven by one io_uring per device: TCP, or Unix-domain between ranks on one host
+// (RINGFOLD_LOCAL_TRANSPORT; see socket.h). See connection.h in this folder for the protocol,
 // frame.h for the wire format and ring_loop.h for the completion loop.
 //
 // Engine: the state behind a Device, shared (shared_ptr) by the Device, its Connections and
@@ -50,6 +51,7 @@ struct Tuning {
   std::chrono::milliseconds timeout{300000};
   uint64_t socketBufferBytes = 0;
   int socketsPerPeer = 0;  // 0: auto (autoSocketsPerPeer)
+  bool localUnix = true;   // RINGFOLD_LOCAL_TRANSPORT: same-host peers over Unix sockets (socket.h)
   static Tuning fromEnvironment();
 };
 

@@ -11,11 +11,15 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -147,16 +151,35 @@ std::string listenAddressFromEnvironment() {
   return chooseListenAddress(params::kSocketIfname.str(), store, listInterfaces());
 }
 
+// ---- same-host identity ---------------------------------------------------------------
+
+std::string hostIdentity() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  if (!(in >> boot) || boot.empty()) return "";
+  struct stat netns {};
+  if (::stat("/proc/self/ns/net", &netns) != 0) return "";
+  return detail::concat(boot, ".", static_cast<unsigned long long>(netns.st_dev), ":",
+                        static_cast<unsigned long long>(netns.st_ino));
+}
+
+bool isUnixSocket(int fd) {
+  int domain = 0;
+  socklen_t len = sizeof(domain);
+  return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
+}
+
 // ---- socket options ---------------------------------------------------------------------
 
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes) {
-  int one = 1;
-  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "TCP_NODELAY");
   if (bufferBytes > 0) {
     int b = static_cast<int>(std::min<uint64_t>(bufferBytes, 1u << 30));
     RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "SO_SNDBUF");
     RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)), "SO_RCVBUF");
   }
+  if (isUnixSocket(fd)) return;
+  int one = 1;
+  RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "TCP_NODELAY");
   long long ms = std::max<long long>(timeout.count(), 1000);
   unsigned userTimeout = static_cast<unsigned>(std::min<long long>(ms, 0x7fffffff));
   RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout)),
@@ -192,26 +215,41 @@ void setNonBlocking(int fd, bool on) {
   RF_CHECK_ERRNO(fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)), "fcntl(F_SETFL)");
 }
 
-// A peer's published "ip:port token".
+// A peer's published "ip:port token host unix-name" ("-" for an unknown host or no Unix socket).
 struct PeerAddress {
   sockaddr_in address{};
   std::string token;
+  std::string host;      // empty: unknown
+  std::string unixName;  // empty: none
 };
 
 PeerAddress parseAddress(const std::string& text, int peer) {
-  auto space = text.find(' ');
-  auto colon = text.rfind(':', space);
+  std::istringstream in(text);
+  std::string endpoint, token, host, unixName, extra;
+  in >> endpoint >> token >> host >> unixName;
+  auto colon = endpoint.rfind(':');
   PeerAddress a;
   a.address.sin_family = AF_INET;
-  if (space == std::string::npos || colon == std::string::npos ||
-      inet_pton(AF_INET, text.substr(0, colon).c_str(), &a.address.sin_addr) != 1 ||
-      text.size() != space + 1 + kTokenBytes) {
+  if (unixName.empty() || (in >> extra) || colon == std::string::npos || token.size() != kTokenBytes ||
+      inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &a.address.sin_addr) != 1) {
     throw IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text,
-                                       "' (expected 'ip:port token'; ranks of different ringfold versions?)"));
+                                       "' (expected 'ip:port token host unix-name'; ranks of different ringfold "
+                                       "versions?)"));
   }
-  a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(text.c_str() + colon + 1)));
-  a.token = text.substr(space + 1);
+  a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+  a.token = token;
+  if (host != "-") a.host = host;
+  if (unixName != "-") a.unixName = unixName;
   return a;
+}
+
+// The abstract-namespace address for `name` (a leading NUL byte: no file, gone with the socket).
+socklen_t abstractAddress(const std::string& name, sockaddr_un& a) {
+  a = {};
+  a.sun_family = AF_UNIX;
+  RF_ENFORCE(name.size() + 1 <= sizeof(a.sun_path), "Unix socket name '", name, "' is too long");
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
 
 // One socket being set up: connecting (ours) or accepted (theirs).
@@ -234,7 +272,8 @@ long long msLeft(Clock::time_point deadline) {
 
 class Mesh {
  public:
-  Mesh(rendezvous::Store& store, const MeshOptions& o) : store_(store), o_(o), token_(rendezvous::generateSecret()) {
+  Mesh(rendezvous::Store& store, const MeshOptions& o)
+      : store_(store), o_(o), token_(rendezvous::generateSecret()), unixFailed_(o.size, false) {
     RF_ENFORCE_EQ(token_.size(), kTokenBytes, "mesh token length");
     result_.resize(o.size);
     for (int p = 0; p < o.size; ++p) {
@@ -268,6 +307,7 @@ class Mesh {
 
  private:
   void listen() {
+    listenUnix();
     listener_ = Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     RF_CHECK_ERRNO(listener_.fd(), "socket()");
     int one = 1;
@@ -282,8 +322,35 @@ class Mesh {
     socklen_t len = sizeof(a);
     RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
     std::string addr = o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
-    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank), addr + " " + token_);
-    RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr;
+    const bool unixListening = unixListener_.valid();
+    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank),
+                     detail::concat(addr, " ", token_, " ", unixListening ? o_.hostId : "-", " ",
+                                    unixListening ? unixName_ : "-"));
+    RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr
+                   << (unixListening ? " and on Unix socket @" + unixName_ : std::string());
+  }
+
+  // The Unix-domain listener for same-host peers; none when the local transport is tcp, the
+  // host identity is unknown, or the socket cannot be made (then every peer uses TCP).
+  void listenUnix() {
+    if (!o_.localUnix || o_.hostId.empty()) return;
+    Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    // The name is random and separate from the token: abstract names are listed in /proc/net/unix.
+    std::string name = "ringfold-" + rendezvous::generateSecret().substr(0, 32);
+    sockaddr_un a;
+    socklen_t len = abstractAddress(name, a);
+    if (!s.valid() || ::bind(s.fd(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(s.fd(), SOMAXCONN) != 0) {
+      RF_LOG(kWarning) << "no Unix socket for same-host peers (" << std::strerror(errno) << "); they use TCP";
+      return;
+    }
+    unixListener_ = std::move(s);
+    unixName_ = std::move(name);
+  }
+
+  // Whether to reach `peer` through its Unix socket: both ends listen on one and share a host,
+  // and connecting to it has not failed.
+  bool viaUnix(int peer, const PeerAddress& a) const {
+    return unixListener_.valid() && !a.unixName.empty() && a.host == o_.hostId && !unixFailed_[peer];
   }
 
   const PeerAddress& addressOf(int peer) const {
@@ -304,11 +371,28 @@ class Mesh {
   }
 
   void startConnect(int peer, int index) {
-    Pending p(Pending::kConnecting, Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)), peer, index);
+    const PeerAddress& to = addressOf(peer);
+    const bool local = viaUnix(peer, to);
+    Pending p(Pending::kConnecting, Socket(::socket(local ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)),
+              peer, index);
     RF_CHECK_ERRNO(p.sock.fd(), "socket()");
-    const sockaddr_in& a = addressOf(peer).address;
-    int r = ::connect(p.sock.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof(a));
-    if (r != 0 && errno != EINPROGRESS) {
+    int r;
+    if (local) {
+      sockaddr_un a;
+      socklen_t len = abstractAddress(to.unixName, a);
+      r = ::connect(p.sock.fd(), reinterpret_cast<const sockaddr*>(&a), len);
+    } else {
+      r = ::connect(p.sock.fd(), reinterpret_cast<const sockaddr*>(&to.address), sizeof(to.address));
+    }
+    if (local && r != 0 && errno != EAGAIN && errno != EINTR) {
+      // The name was published after listen(), so this is not "not yet": a security module
+      // forbids the connection, or the peer's identity matched by accident. TCP still works.
+      RF_LOG(kWarning) << "cannot connect to rank " << peer << "'s Unix socket (" << std::strerror(errno)
+                       << "); using TCP to reach it";
+      unixFailed_[peer] = true;
+      return startConnect(peer, index);
+    }
+    if (r != 0 && errno != EINPROGRESS) {  // refused (TCP), or a Unix listener's backlog full (EAGAIN)
       p.retryAt = Clock::now() + std::chrono::milliseconds(50);
       p.sock.reset();
     }
@@ -356,6 +440,7 @@ class Mesh {
 
     std::vector<pollfd> fds;
     fds.push_back({listener_.fd(), POLLIN, 0});
+    fds.push_back({unixListener_.fd(), POLLIN, 0});  // fd -1 (no Unix listener): poll skips it
     for (Pending& p : pending_) {
       if (!p.sock.valid()) {
         left = std::min<long long>(left, 10);
@@ -368,15 +453,16 @@ class Mesh {
     if (n < 0 && errno != EINTR) RF_CHECK_ERRNO(n, "poll()");
     size_t before = pending_.size();
     for (size_t i = 0; i < before; ++i) {
-      if (fds[i + 1].revents != 0) advance(pending_[i]);
+      if (fds[i + 2].revents != 0) advance(pending_[i]);
     }
-    if (fds[0].revents & POLLIN) acceptAll();
+    if (fds[0].revents & POLLIN) acceptAll(listener_);
+    if (fds[1].revents & POLLIN) acceptAll(unixListener_);
     std::erase_if(pending_, [](const Pending& p) { return p.peer == -2 || (!p.sock.valid() && p.peer < 0); });
   }
 
-  void acceptAll() {
+  void acceptAll(const Socket& listener) {
     for (;;) {
-      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
       pending_.emplace_back(Pending::kReadHello, Socket(fd), -1, 0);
     }
@@ -479,8 +565,11 @@ class Mesh {
   MeshOptions o_;
   Clock::time_point deadline_;
   Socket listener_;
+  Socket unixListener_;
+  std::string unixName_;
   std::string token_;
   std::vector<std::pair<int, PeerAddress>> addresses_;
+  std::vector<bool> unixFailed_;  // by rank: its Unix socket refused us; TCP instead
   std::vector<Pending> pending_;
   std::vector<std::vector<Socket>> result_;
 };

@@ -8,9 +8,14 @@
 // loopback address; otherwise the interface whose subnet holds the store's address, else the
 // first non-loopback interface that is up, else 127.0.0.1.
 //
-// Mesh: each rank listens on the chosen address, publishes "ip:port token" under
-// "<prefix>/addr/<rank>" (token: a fresh rendezvous::generateSecret() per mesh), and the lower
-// rank of every pair connects. Each connecting socket sends a Hello {magic, rank, size, socket
+// Mesh: each rank listens on the chosen address and, when it knows its host identity (see
+// hostIdentity), on a Unix-domain stream socket in the abstract namespace under a random name.
+// It publishes "ip:port token host unix-name" under "<prefix>/addr/<rank>" (token: a fresh
+// rendezvous::generateSecret() per mesh; host and unix-name "-" when unknown), and the lower
+// rank of every pair connects: through the Unix socket when both ranks have the same host
+// identity and RINGFOLD_LOCAL_TRANSPORT is unix (the default), else through TCP. A Unix stream
+// carries the same frames as a TCP one; only the kernel's work per byte differs (no TCP/IP
+// stack: 0.08 vs 0.34 s of CPU per GB moved on the development machine). Each connecting socket sends a Hello {magic, rank, size, socket
 // index, sockets per peer, the acceptor's token}; the accepting side drops a hello without its
 // own token (a process that could not read the store, which only holders of the job secret can,
 // is not a rank of this job), routes it by rank and index, and answers with an Ack carrying its
@@ -86,8 +91,18 @@ std::string listenAddressFromEnvironment();
 // loopback only when the store address is loopback (or the interface spec says so).
 int autoSocketsPerPeer(const std::string& listenAddress);
 
+// This host as seen by the abstract Unix-socket namespace: "<kernel boot id>.<network namespace
+// inode>". Two processes with equal identities can reach each other's abstract sockets (that
+// namespace belongs to the network namespace); ranks in different containers with their own
+// network namespaces, or on different machines, differ. Empty when /proc does not tell.
+std::string hostIdentity();
+
+// Whether `fd` is a Unix-domain socket: TCP's options do not apply, and neither does zero-copy.
+bool isUnixSocket(int fd);
+
 // TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when bufferBytes > 0 (else kernel autotuning); keepalive
-// and TCP_USER_TIMEOUT from `timeout`, so the kernel also gives up on a vanished host.
+// and TCP_USER_TIMEOUT from `timeout`, so the kernel also gives up on a vanished host. A Unix
+// socket gets only the buffer sizes: its peer is on this kernel, which reports its death at once.
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes);
 
 // The set-up messages on a mesh socket (host byte order: both ends run this code).
@@ -116,6 +131,8 @@ struct MeshOptions {
   int size = 1;
   int socketsPerPeer = 1;
   std::string listenAddress;
+  bool localUnix = true;        // RINGFOLD_LOCAL_TRANSPORT=unix: same-host peers over Unix sockets
+  std::string hostId = hostIdentity();
   std::chrono::milliseconds timeout{60000};
 };
 
