@@ -187,6 +187,8 @@ class Systems:
             self.names.append("ringfold")
             if "none" in self.binds:
                 self.names.append("ringfold-unbound")
+            if args.unix:
+                self.names.append("ringfold-unix")
         else:
             print(f"# ringfold skipped: {self.bench}/all_reduce_perf or {self.ringfoldrun} missing")
         if os.access(os.path.join(self.bench, "gloo_allreduce_perf"), os.X_OK):
@@ -207,10 +209,14 @@ class Systems:
 
     def measure(self, name, nranks, size):
         args = self.common(size)
-        if name in ("ringfold", "ringfold-unbound"):
+        if name.startswith("ringfold"):
+            # The comparison is over TCP, as for Gloo and Open MPI: ringfold's default on one host
+            # (Unix sockets between local ranks) is the separate 'ringfold-unix' system.
+            local = "unix" if name == "ringfold-unix" else "tcp"
             cmd = [self.ringfoldrun, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "auto",
                    os.path.join(self.bench, "all_reduce_perf")] + args
-            return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo"}), self.args.timeout)
+            return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}),
+                           self.args.timeout)
         if name.startswith("gloo-"):
             store = tempfile.mkdtemp(prefix="rf_gloo_store.")
             try:
@@ -296,7 +302,9 @@ def loopback(args):
                  f"are started by ringfoldrun: 'ringfold' and '-bound' names ran with its default "
                  f"--bind-to auto (ranks bound round robin to the cores when they outnumber "
                  f"them, else unbound), '-unbound' and the other Gloo names with --bind-to none. "
-                 f"Open MPI ran with mpirun's own default binding.")
+                 f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
+                 f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix': "
+                 f"ringfold's default on one host, Unix-domain sockets between the ranks.")
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -310,6 +318,8 @@ def loopback(args):
                 head.append("ringfold/Gloo ring")
         if "ringfold" in systems.names and "mpi" in systems.names:
             head.append("ringfold/MPI")
+        if "ringfold-unix" in systems.names and gloo_names:
+            head.append("unix/Gloo best")
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for size in sizes:
@@ -324,6 +334,8 @@ def loopback(args):
                     cells.append(fmt(ratio(med["ringfold"], med["gloo-ring"]), 2))
             if "ringfold" in systems.names and "mpi" in systems.names:
                 cells.append(fmt(ratio(med["ringfold"], med["mpi"]), 2))
+            if "ringfold-unix" in systems.names and gloo_names:
+                cells.append(fmt(ratio(med["ringfold-unix"], best), 2))
             lines.append("| " + " | ".join(cells) + " |")
     small = sizes[0]
     if 2 in ranks:
@@ -522,6 +534,8 @@ def main():
     p.add_argument("--iters", type=int, default=0, help="timed iterations (default: by size)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check results (-c 1) in timing runs too")
+    p.add_argument("--unix", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run ringfold over Unix sockets (its default on one host) as 'ringfold-unix'")
     p.add_argument("--bind", default="auto,none",
                    help="ringfoldrun --bind-to values to run ringfold and Gloo with (loopback mode); "
                         "ringfold's figure is always the one with auto, its default")
