@@ -14,6 +14,8 @@
 
 namespace ringfold::engine {
 
+using Clock = std::chrono::steady_clock;
+
 namespace {
 
 constexpr const char* kProcessSetChange = "__ringfold.process_set_change";
@@ -36,6 +38,10 @@ EngineOptions EngineOptions::fromParams() {
   o.cycleTimeMs = params::kCycleTime.asDouble();
   if (!(o.cycleTimeMs >= 0 && o.cycleTimeMs <= 60000)) {
     RF_THROW(InvalidArgument, params::kCycleTime.name, "=", o.cycleTimeMs, " must be between 0 and 60000 ms");
+  }
+  o.wakeDelayUs = params::kWakeDelay.asDouble();
+  if (!(o.wakeDelayUs == -1 || (o.wakeDelayUs >= 0 && o.wakeDelayUs <= 60e6))) {
+    RF_THROW(InvalidArgument, params::kWakeDelay.name, "=", o.wakeDelayUs, " must be -1 (off) or between 0 and 60000000 us");
   }
   const int64_t capacity = params::kCacheCapacity.asInt();
   if (capacity < 0 || capacity > (1 << 20)) {
@@ -240,6 +246,12 @@ std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, co
     inFlight_[sets[i]].insert(e.request.name);
     queue_.emplace_back(sets[i], std::move(e));
   }
+  if (options_.wakeDelayUs >= 0 && wakeAt_ == Clock::time_point::max()) {
+    // The first tensor since the last cycle drained the queue: start one soon (loop()).
+    wakeAt_ = now + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::duration<double, std::micro>(options_.wakeDelayUs));
+    wake_.notify_all();
+  }
   return handles;
 }
 
@@ -389,8 +401,21 @@ void Engine::loop() {
     last = start;
     if (!go) break;
     if (ranWork_) continue;  // a follow-up cycle at once, off the regular schedule
+    // Wait for the regular cycle, or less when a tensor was enqueued (wakeAt_, set by enqueue)
+    // or this rank still has tensors waiting for other ranks: a rank that enqueued later than
+    // this one starts its cycle early, and would otherwise wait in it for this rank's tick.
+    // (Cycles are collective, so this never cycles faster than the slowest rank does.)
     std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_until(lock, next, [&] { return shutdownRequested_; });
+    if (options_.wakeDelayUs >= 0 && wakeAt_ == Clock::time_point::max() &&
+        std::any_of(inFlight_.begin(), inFlight_.end(), [](const auto& names) { return !names.empty(); })) {
+      wakeAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double, std::micro>(options_.wakeDelayUs));
+    }
+    while (!shutdownRequested_) {
+      const auto until = std::min(next, wakeAt_);
+      if (Clock::now() >= until) break;
+      wake_.wait_until(lock, until);
+    }
   }
   running_ = false;
 }
@@ -403,6 +428,7 @@ bool Engine::cycle() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     drained.swap(queue_);
+    wakeAt_ = Clock::time_point::max();  // the next enqueue wakes the thread again
     cancels.swap(cancels_);
     wantShutdown = shutdownRequested_;
   }

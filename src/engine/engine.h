@@ -7,7 +7,12 @@
 // alone: a backward pass enqueues gradients in bursts, and the ones enqueued while a batch ran
 // then go without waiting for the tick, while a tensor enqueued after an idle follow-up still
 // waits only until the regular tick. (The global set's responses are the same on every rank,
-// so its ranks choose alike.) Each cycle:
+// so its ranks choose alike.) The thread does not wait for the tick either while this rank has
+// tensors to negotiate: one enqueued since the last cycle, or one the other ranks have not
+// submitted yet. It starts a cycle RINGFOLD_WAKE_DELAY_US later (0 by default: at once), so a
+// small model's step no longer lasts a cycle time. Cycles stay collective: a rank that starts
+// one early waits in its negotiation for the others, so no rank cycles faster than the slowest.
+// Each cycle:
 //   1. drain the queue of new tensors into their process sets;
 //   2. for each process set this rank belongs to, in id order: negotiate (process_set.h: the
 //      cached fast path, else the coordinator), plan batches (fusion.h), and run them
@@ -175,6 +180,9 @@ class Engine {
   mutable std::mutex mu_;  // guards everything below up to the thread
   std::condition_variable wake_;
   std::vector<std::pair<int, TensorEntry>> queue_;
+  // When the first tensor enqueued since the last drain wants a cycle (options_.wakeDelayUs
+  // after it); max() when none is waiting.
+  std::chrono::steady_clock::time_point wakeAt_ = std::chrono::steady_clock::time_point::max();
   std::vector<std::unordered_set<std::string>> inFlight_;  // per set id
   std::vector<std::unique_ptr<ProcessSet>> sets_;           // by id; null once removed
   bool shutdownRequested_ = false;

@@ -17,6 +17,9 @@ struct EngineOptions {
   uint64_t fusionThresholdBytes = 128ull << 20;
   uint64_t fusionTensorMaxBytes = 256u << 10;  // larger tensors are never fused (fusion.h)
   double cycleTimeMs = 1.0;
+  // A tensor enqueued, or still waiting for other ranks, starts a cycle this long after (capped
+  // by the regular schedule); negative: only regular cycles.
+  double wakeDelayUs = 0.0;
   size_t cacheCapacity = 1024;
   bool disableGroupFusion = false;
   bool dynamicProcessSets = false;

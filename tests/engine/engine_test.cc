@@ -588,3 +588,47 @@ TEST(EngineFusion, SameBitsFusedAndUnfused) {
 
 }  // namespace
 }  // namespace ringfold::engine
+
+namespace ringfold::engine {
+namespace {
+
+// Enqueues one allreduce on every rank once the engines wait for their next regular cycle;
+// returns how long it took on the slowest rank.
+double secondsForOneAllreduceWhileWaiting(const EngineGroupOptions& options) {
+  std::vector<double> took(3, 0);
+  auto errors = runEngines(
+      3,
+      [&](Engine& e, int rank) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past start-up's cycles
+        std::vector<float> in(16, 1.0f), out(16, 0.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        Status s = waitStatus(e, e.enqueue(allreduceArgs("wake", in, out)));
+        took[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        EXPECT_TRUE(s.ok()) << s.message;
+        EXPECT_EQ(out[0], 3.0f);
+      },
+      options);
+  expectAllOk(errors);
+  return *std::max_element(took.begin(), took.end());
+}
+
+// With a 10 s cycle time, an enqueued tensor starts a cycle at once (RINGFOLD_WAKE_DELAY_US=0)
+// instead of waiting for the tick (the 5 s bound is loose: without the wake-up it takes ~10 s).
+TEST(EngineCycle, EnqueueWakesAWaitingEngine) {
+  EngineGroupOptions o;
+  o.engine.cycleTimeMs = 10000;
+  o.engine.wakeDelayUs = 0;
+  o.timeout = std::chrono::milliseconds(30000);
+  EXPECT_LT(secondsForOneAllreduceWhileWaiting(o), 5.0);
+}
+
+// RINGFOLD_WAKE_DELAY_US=-1: Horovod's behaviour, the tensor waits for the regular tick.
+TEST(EngineCycle, WithoutWakeUpsTensorsWaitForTheTick) {
+  EngineGroupOptions o;
+  o.engine.cycleTimeMs = 1500;
+  o.engine.wakeDelayUs = -1;
+  EXPECT_GT(secondsForOneAllreduceWhileWaiting(o), 0.8);  // enqueued ~0.2 s after a tick
+}
+
+}  // namespace
+}  // namespace ringfold::engine
