@@ -1,5 +1,9 @@
-// Interface selection of the tcp_uring backend, on made-up interface lists (no network used).
+// Interface selection of the tcp_uring backend, on made-up interface lists (no network used),
+// and the options of its data sockets.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <fstream>
 
 #include "common/error.h"
 #include "transport/tcp_uring/socket.h"
@@ -61,6 +65,26 @@ TEST(ListInterfaces, HasLoopback) {
   bool lo = false;
   for (const Interface& i : listInterfaces()) lo = lo || (i.loopback && i.address == ip(127, 0, 0, 1));
   EXPECT_TRUE(lo);
+}
+
+// A Unix socket gets a 4 MiB send buffer (the kernel caps the request at net.core.wmem_max and
+// doubles it) and none of TCP's options, which it would refuse.
+TEST(DataSocketOptions, UnixSocketGetsALargeSendBufferOnly) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  Socket a(fds[0]), b(fds[1]);
+  EXPECT_TRUE(isUnixSocket(a.fd()));
+  ASSERT_NO_THROW(setDataSocketOptions(a.fd(), std::chrono::milliseconds(5000), 0));
+  uint64_t cap = 0;
+  std::ifstream("/proc/sys/net/core/wmem_max") >> cap;
+  ASSERT_GT(cap, 0u);
+  int got = 0;
+  socklen_t len = sizeof(got);
+  ASSERT_EQ(getsockopt(a.fd(), SOL_SOCKET, SO_SNDBUF, &got, &len), 0);
+  EXPECT_EQ(static_cast<uint64_t>(got), 2 * std::min<uint64_t>(kUnixSendBufferBytes, cap));
+  ASSERT_NO_THROW(setDataSocketOptions(b.fd(), std::chrono::milliseconds(5000), 64 << 10));
+  ASSERT_EQ(getsockopt(b.fd(), SOL_SOCKET, SO_SNDBUF, &got, &len), 0);
+  EXPECT_EQ(static_cast<uint64_t>(got), 2 * std::min<uint64_t>(64 << 10, cap));
 }
 
 }  // namespace
