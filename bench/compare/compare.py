@@ -3,7 +3,9 @@
 
 Loopback mode (default): for 2 and 4 ranks and sizes 4 KiB .. 64 MiB (x4 steps) runs
 ringfold's all_reduce_perf, gloo_allreduce_perf (several Gloo algorithms) and mpi_allreduce_perf
-(Open MPI with --mca btl tcp,self over lo), one launch per (ranks, size, system), the systems
+(Open MPI with --mca btl tcp,self over lo), all over TCP, plus (--unix, the default) each
+one's own same-host transport: ringfold over Unix sockets ('ringfold-unix', its default on one
+host) and Open MPI over shared memory ('mpi-shm'). One launch per (ranks, size, system), the systems
 interleaved in a rotating order per size and repeat so that machine noise hits all of them
 alike. Each figure is the median over --repeats launches; per launch, the figure comes from the
 shorter of the out-of-place and in-place times (busbw recomputed from the time column, which
@@ -199,8 +201,13 @@ class Systems:
         if os.access(os.path.join(self.bench, "mpi_allreduce_perf"), os.X_OK) and \
                 shutil.which("mpirun"):
             self.names.append("mpi")
+            if args.unix:
+                self.names.append("mpi-shm")
         else:
             print("# Open MPI skipped: mpi_allreduce_perf or mpirun missing")
+        if args.only:
+            keep = set(args.only.split(","))
+            self.names = [n for n in self.names if n in keep]
 
     def common(self, size):
         a = self.args
@@ -232,9 +239,12 @@ class Systems:
                                  for r in range(nranks)], self.args.timeout)
             finally:
                 shutil.rmtree(store, ignore_errors=True)
-        if name == "mpi":
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self",
-                   "--mca", "btl_tcp_if_include", "lo", "-np", str(nranks),
+        if name in ("mpi", "mpi-shm"):
+            # mpi-shm: Open MPI's own same-host transport (shared memory), the counterpart of
+            # ringfold-unix.
+            btl = ["--mca", "btl", "vader,self"] if name == "mpi-shm" else \
+                ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe"] + btl + ["-np", str(nranks),
                    os.path.join(self.bench, "mpi_allreduce_perf")] + args
             return run_one(cmd, clean_env(), self.args.timeout)
         raise ValueError(name)
@@ -303,8 +313,9 @@ def loopback(args):
                  f"--bind-to auto (ranks bound round robin to the cores when they outnumber "
                  f"them, else unbound), '-unbound' and the other Gloo names with --bind-to none. "
                  f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
-                 f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix': "
-                 f"ringfold's default on one host, Unix-domain sockets between the ranks.")
+                 f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix', "
+                 f"ringfold's default on one host (Unix-domain sockets between the ranks), and "
+                 f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self).")
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -320,6 +331,10 @@ def loopback(args):
             head.append("ringfold/MPI")
         if "ringfold-unix" in systems.names and gloo_names:
             head.append("unix/Gloo best")
+        if "ringfold-unix" in systems.names and "mpi" in systems.names:
+            head.append("unix/MPI")
+        if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
+            head.append("unix/MPI shm")
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for size in sizes:
@@ -336,6 +351,10 @@ def loopback(args):
                 cells.append(fmt(ratio(med["ringfold"], med["mpi"]), 2))
             if "ringfold-unix" in systems.names and gloo_names:
                 cells.append(fmt(ratio(med["ringfold-unix"], best), 2))
+            if "ringfold-unix" in systems.names and "mpi" in systems.names:
+                cells.append(fmt(ratio(med["ringfold-unix"], med["mpi"]), 2))
+            if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
+                cells.append(fmt(ratio(med["ringfold-unix"], med["mpi-shm"]), 2))
             lines.append("| " + " | ".join(cells) + " |")
     small = sizes[0]
     if 2 in ranks:
@@ -535,7 +554,9 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--check", action="store_true", help="check results (-c 1) in timing runs too")
     p.add_argument("--unix", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run ringfold over Unix sockets (its default on one host) as 'ringfold-unix'")
+                   help="also run each system's own same-host transport: ringfold over Unix sockets "
+                        "(its default on one host) as 'ringfold-unix', Open MPI over shared memory as 'mpi-shm'")
+    p.add_argument("--only", default="", help="comma-separated system names to run (default: all found)")
     p.add_argument("--bind", default="auto,none",
                    help="ringfoldrun --bind-to values to run ringfold and Gloo with (loopback mode); "
                         "ringfold's figure is always the one with auto, its default")
