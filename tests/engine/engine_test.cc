@@ -504,6 +504,9 @@ namespace {
 TEST(EngineCancel, UnreportedTensorIsCancelledAndItsNameFreed) {
   rftest::EngineGroupOptions options;
   options.engine.cycleTimeMs = 300;
+  // Only regular cycles: an enqueue would otherwise start one at once, which may report the
+  // tensor before the cancel below arrives (then it runs, as cancel() documents).
+  options.engine.wakeDelayUs = -1;
   auto errors = rftest::runEngines(2, [&](Engine& e, int) {
     std::vector<float> in(4, 1.0f), out(4);
     TensorArgs a;
