@@ -72,11 +72,18 @@ std::string recordPid(const TempDir& dir) {
 
 TEST(MultiHost, AllReduceAcrossFourHosts) {
   Finished f = run(launcher({"-np", "8", "-H", hostList({2, 2, 2, 2}), "--start-timeout", "20",
-                             "--verbose", "-x", "RINGFOLD_TIMEOUT=30", ALL_REDUCE_PERF_PATH, "-b",
-                             "1M", "-e", "1M", "-c", "1"}),
+                             "--verbose", "-x", "RINGFOLD_TIMEOUT=30", "-x", "RINGFOLD_LOG_LEVEL=debug",
+                             ALL_REDUCE_PERF_PATH, "-b", "1M", "-e", "1M", "-c", "1"}),
                    90s);
   ASSERT_FALSE(f.timedOut) << f.out << f.err;
   EXPECT_EQ(f.exitCode, 0) << f.out << f.err;
+  // Each rank's one same-host peer is joined by a Unix socket, the six on other hosts by TCP.
+  const std::string all = f.out + f.err;
+  size_t mixed = 0;
+  for (size_t at = 0; (at = all.find("connected to 7 peers (1 on this host over Unix sockets)", at)) != std::string::npos; ++at) {
+    ++mixed;
+  }
+  EXPECT_EQ(mixed, 8u) << all;
   // "[0]<stdout>:     1048576        262144     float     sum      -1  ...  0  ...  0"
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
