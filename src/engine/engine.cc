@@ -246,12 +246,7 @@ std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, co
     inFlight_[sets[i]].insert(e.request.name);
     queue_.emplace_back(sets[i], std::move(e));
   }
-  if (options_.wakeDelayUs >= 0 && wakeAt_ == Clock::time_point::max()) {
-    // The first tensor since the last cycle drained the queue: start one soon (loop()).
-    wakeAt_ = now + std::chrono::duration_cast<Clock::duration>(
-                        std::chrono::duration<double, std::micro>(options_.wakeDelayUs));
-    wake_.notify_all();
-  }
+  if (wakeSoon(now)) wake_.notify_all();  // the first tensor since the last drain (loop())
   return handles;
 }
 
@@ -406,10 +401,8 @@ void Engine::loop() {
     // this one starts its cycle early, and would otherwise wait in it for this rank's tick.
     // (Cycles are collective, so this never cycles faster than the slowest rank does.)
     std::unique_lock<std::mutex> lock(mu_);
-    if (options_.wakeDelayUs >= 0 && wakeAt_ == Clock::time_point::max() &&
-        std::any_of(inFlight_.begin(), inFlight_.end(), [](const auto& names) { return !names.empty(); })) {
-      wakeAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double, std::micro>(options_.wakeDelayUs));
+    if (std::any_of(inFlight_.begin(), inFlight_.end(), [](const auto& names) { return !names.empty(); })) {
+      wakeSoon(Clock::now());
     }
     while (!shutdownRequested_) {
       const auto until = std::min(next, wakeAt_);
@@ -418,6 +411,13 @@ void Engine::loop() {
     }
   }
   running_ = false;
+}
+
+bool Engine::wakeSoon(Clock::time_point now) {
+  if (options_.wakeDelayUs < 0 || wakeAt_ != Clock::time_point::max()) return false;
+  wakeAt_ = now + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double, std::micro>(options_.wakeDelayUs));
+  return true;
 }
 
 bool Engine::cycle() {

@@ -159,6 +159,9 @@ class Engine {
   void applyControl(const Response& response, ProcessSet& global);
   void checkDevice(const TensorArgs& a);
   std::vector<Handle> enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets);
+  // Under mu_: asks for a cycle options_.wakeDelayUs after `now` unless wake-ups are off or one
+  // is already asked for; true if this call asked.
+  bool wakeSoon(std::chrono::steady_clock::time_point now);
   ProcessSet* findSet(int id) const;
   // Splits the global communicator for `ranks` (sorted; members only) and registers the set
   // under the next id, which it returns.

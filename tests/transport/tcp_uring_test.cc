@@ -331,9 +331,10 @@ INSTANTIATE_TEST_SUITE_P(TcpUring, Mesh, ::testing::Combine(::testing::Values(3,
 
 namespace tu = transport::tcp_uring;
 
-// Meshes two ranks (threads) with the given options; returns each rank's socket to the other.
-std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu::MeshOptions& for1) {
-  rendezvous::HashStore store;
+// Meshes two ranks (threads) with the given options through `store`; returns each rank's socket
+// to the other.
+std::pair<tu::Socket, tu::Socket> meshPair(rendezvous::Store& store, const tu::MeshOptions& for0,
+                                           const tu::MeshOptions& for1) {
   std::vector<std::vector<tu::Socket>> zeros, ones;
   std::exception_ptr err;
   std::thread one([&] {
@@ -351,6 +352,11 @@ std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu
   one.join();
   if (err) std::rethrow_exception(err);
   return {std::move(zeros[1][0]), std::move(ones[0][0])};
+}
+
+std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu::MeshOptions& for1) {
+  rendezvous::HashStore store;
+  return meshPair(store, for0, for1);
 }
 
 tu::MeshOptions pairOptions() {
@@ -425,20 +431,12 @@ class BrokenUnixNameStore : public rendezvous::HashStore {
 TEST(TcpUringMesh, UnreachableUnixSocketFallsBackToTcp) {
   EnvGuard env;
   BrokenUnixNameStore store;
-  std::vector<std::vector<tu::Socket>> zeros, ones;
-  std::thread one([&] {
-    tu::MeshOptions o = pairOptions();
-    o.rank = 1;
-    ones = tu::connectMesh(store, o);
-  });
-  tu::MeshOptions o = pairOptions();
   auto start = std::chrono::steady_clock::now();
-  zeros = tu::connectMesh(store, o);
-  one.join();
+  auto [at0, at1] = meshPair(store, pairOptions(), pairOptions());
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  ASSERT_TRUE(zeros[1][0].valid());
-  EXPECT_FALSE(tu::isUnixSocket(zeros[1][0].fd()));
-  EXPECT_FALSE(tu::isUnixSocket(ones[0][0].fd()));
+  ASSERT_TRUE(at0.valid());
+  EXPECT_FALSE(tu::isUnixSocket(at0.fd()));
+  EXPECT_FALSE(tu::isUnixSocket(at1.fd()));
 }
 
 // The published "ip:port token host unix-name" of `rank`, split at spaces.

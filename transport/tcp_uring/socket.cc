@@ -172,19 +172,17 @@ bool isUnixSocket(int fd) {
 // ---- socket options ---------------------------------------------------------------------
 
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes) {
-  if (isUnixSocket(fd)) {
-    // A Unix stream's send buffer bounds what is queued at the receiver (its receive buffer is
-    // not used), and the default (net.core.wmem_default, 208 KiB) makes the sender wait several
-    // times per 512 KiB segment.
-    int b = static_cast<int>(std::min<uint64_t>(bufferBytes > 0 ? bufferBytes : kUnixSendBufferBytes, 1u << 30));
+  // A Unix stream's send buffer bounds what is queued at the receiver (its receive buffer is not
+  // used), and the default (net.core.wmem_default, 208 KiB) makes the sender wait several times
+  // per 512 KiB segment; TCP autotunes both unless told a size.
+  const bool unixSocket = isUnixSocket(fd);
+  const uint64_t want = bufferBytes > 0 ? bufferBytes : (unixSocket ? kUnixSendBufferBytes : 0);
+  if (want > 0) {
+    int b = static_cast<int>(std::min<uint64_t>(want, 1u << 30));
     RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "SO_SNDBUF");
-    return;
+    if (!unixSocket) RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)), "SO_RCVBUF");
   }
-  if (bufferBytes > 0) {
-    int b = static_cast<int>(std::min<uint64_t>(bufferBytes, 1u << 30));
-    RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "SO_SNDBUF");
-    RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof(b)), "SO_RCVBUF");
-  }
+  if (unixSocket) return;
   int one = 1;
   RF_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)), "TCP_NODELAY");
   long long ms = std::max<long long>(timeout.count(), 1000);

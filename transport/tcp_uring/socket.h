@@ -15,7 +15,8 @@
 // rank of every pair connects: through the Unix socket when both ranks have the same host
 // identity and RINGFOLD_LOCAL_TRANSPORT is unix (the default), else through TCP. A Unix stream
 // carries the same frames as a TCP one; only the kernel's work per byte differs (no TCP/IP
-// stack: 0.08 vs 0.34 s of CPU per GB moved on the development machine). Each connecting socket sends a Hello {magic, rank, size, socket
+// stack: 0.08 vs 0.34 s of CPU per GB moved on the development machine).
+// Each connecting socket sends a Hello {magic, rank, size, socket
 // index, sockets per peer, the acceptor's token}; the accepting side drops a hello without its
 // own token (a process that could not read the store, which only holders of the job secret can,
 // is not a rank of this job), routes it by rank and index, and answers with an Ack carrying its
