@@ -10,9 +10,9 @@
 //   direct : one exchange: every rank sends its whole buffer to every other rank and folds
 //            the n contributions in rank order 0..n-1. Pipelined: the buffers travel in about
 //            four segments, and each segment is folded as soon as every peer's copy of it has
-//            arrived. One round trip at 2 ranks; for small messages, and at 2 ranks up to 1 MiB.
+//            arrived. One round trip at 2 ranks; for small messages.
 //   auto   : RINGFOLD_ALGO, else direct up to RINGFOLD_DIRECT_MAX_BYTES, else up to
-//            sched::directMaxBytes (the cost model's crossover; 1 MiB at 2 ranks), else ring.
+//            sched::directMaxBytes (the cost model's crossover: ~195 KiB at 2 ranks), else ring.
 // preScale multiplies each rank's own contribution (rounded to dtype) before it is folded.
 // With one rank the result is sendbuf scaled by preScale, then by the final factor.
 #pragma once

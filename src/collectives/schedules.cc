@@ -56,7 +56,7 @@ double CostModel::direct(size_t bytes, int n) const {
   return alpha + (n - 1) * s * (beta + gamma);
 }
 
-size_t directCrossoverBytes(int n, const CostModel& model) {
+size_t directMaxBytes(int n, const CostModel& model) {
   if (n <= 1) return 0;
   constexpr size_t kCap = size_t{4} << 20;
   // direct - ring grows linearly in S; find where it turns positive (bisection on bytes).
@@ -67,11 +67,6 @@ size_t directCrossoverBytes(int n, const CostModel& model) {
     if (model.direct(mid, n) <= model.ring(mid, n)) lo = mid; else hi = mid;
   }
   return lo;
-}
-
-size_t directMaxBytes(int n, const CostModel& model) {
-  const size_t x = directCrossoverBytes(n, model);
-  return n == 2 ? std::max(x, kPairDirectMaxBytes) : x;
 }
 
 }  // namespace ringfold::sched

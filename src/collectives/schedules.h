@@ -75,14 +75,13 @@ struct CostModel {
   double ring(size_t bytes, int n) const;
   double direct(size_t bytes, int n) const;
 };
-// Largest size for which the model prefers direct (capped at 4 MiB of scratch per peer).
-size_t directCrossoverBytes(int n, const CostModel& model = CostModel{});
-// Largest allreduce auto sends direct when RINGFOLD_DIRECT_MAX_BYTES is unset: the model's
-// crossover, but at least kPairDirectMaxBytes at 2 ranks. There direct puts the same bytes on
-// the wire as the ring (S each way) and, pipelined, saves the ring's second dependent step;
-// measured on loopback, float32, median ratios against the ring: 256 KiB 1.10, 1 MiB 1.20,
-// 2 MiB 0.98, 4 MiB 0.77 (twice the reduction work catches up).
-inline constexpr size_t kPairDirectMaxBytes = size_t{1} << 20;
+// Largest allreduce auto sends direct when RINGFOLD_DIRECT_MAX_BYTES is unset: the size up to
+// which the model prefers direct (capped at 4 MiB of scratch per peer). At 2 ranks that is
+// 2 alpha / gamma, about 195 KiB: there both put S on the wire each way, and the ring's halved
+// reduction pays for its second dependent step from there on. Measured on a 2-vCPU Intel VM,
+// float32, interleaved launches, ring busbw over direct: 64 KiB 0.7-0.9, 128 KiB 1.0, 256 KiB
+// 1.10-1.15, 512 KiB 1.15-1.25, 1 MiB 1.2-1.4 (TCP and Unix sockets alike; over TCP direct's
+// launches were also bimodal from 256 KiB to 1 MiB, the ring's were not).
 size_t directMaxBytes(int n, const CostModel& model = CostModel{});
 
 }  // namespace ringfold::sched

@@ -79,28 +79,24 @@ TEST(Schedules, FinalScale) {
   EXPECT_EQ(sched::finalScale(ReduceOp::kAvg, 2.0, 8), 0.25);
 }
 
-TEST(Schedules, CostModelCrossover) {
+TEST(Schedules, DirectMaxBytesIsTheCostModelCrossover) {
   sched::CostModel m;
   for (int n : {2, 3, 4, 8, 16}) {
-    const size_t x = sched::directCrossoverBytes(n);
+    const size_t x = sched::directMaxBytes(n);
     EXPECT_GT(x, 16u << 10) << n;  // small messages go direct
     EXPECT_LT(x, 4u << 20) << n;
     EXPECT_LE(m.direct(x, n), m.ring(x, n));
     EXPECT_GT(m.direct(x + 1024, n), m.ring(x + 1024, n));
   }
-  // At 2 ranks the crossover is where ring's halved reduction pays for its extra message.
-  EXPECT_NEAR(static_cast<double>(sched::directCrossoverBytes(2)), 2 * m.alpha / m.gamma, 2.0);
-  EXPECT_EQ(sched::directCrossoverBytes(1), 0u);
-}
-
-TEST(Schedules, DirectMaxBytes) {
-  // At 2 ranks the pipelined exchange is used up to 1 MiB (measured), elsewhere the model rules.
-  EXPECT_EQ(sched::directMaxBytes(2), sched::kPairDirectMaxBytes);
-  for (int n : {1, 3, 4, 8}) EXPECT_EQ(sched::directMaxBytes(n), sched::directCrossoverBytes(n)) << n;
+  // At 2 ranks the crossover is where ring's halved reduction pays for its extra message:
+  // between the 128 KiB where the two were level and the 256 KiB where the ring led (measured).
+  EXPECT_NEAR(static_cast<double>(sched::directMaxBytes(2)), 2 * m.alpha / m.gamma, 2.0);
+  EXPECT_GT(sched::directMaxBytes(2), 128u << 10);
+  EXPECT_LT(sched::directMaxBytes(2), 256u << 10);
+  EXPECT_EQ(sched::directMaxBytes(1), 0u);
   sched::CostModel slow;
-  slow.alpha = 1.0;  // a model whose crossover is past the pair limit keeps it
-  EXPECT_EQ(sched::directMaxBytes(2, slow), sched::directCrossoverBytes(2, slow));
-  EXPECT_GT(sched::directMaxBytes(2, slow), sched::kPairDirectMaxBytes);
+  slow.alpha = 1.0;  // a crossover past the scratch cap is capped
+  EXPECT_EQ(sched::directMaxBytes(2, slow), 4u << 20);
 }
 
 TEST(Schedules, DirectSegmentBytes) {
