@@ -165,10 +165,34 @@ TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
       std::string what = e.what();
       EXPECT_NE(what.find("timed out"), std::string::npos) << what;
       EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      // The limit that ran out is the caller's, not RINGFOLD_TIMEOUT's.
+      EXPECT_NE(what.find("(the caller's limit is 0.3 s)"), std::string::npos) << what;
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     EXPECT_THROW(other->test(), IoError);
     EXPECT_THROW(me.to(0).isend(b.region, 0, 1, 3), IoError);
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+// When the limit that ran out is RINGFOLD_TIMEOUT, the error names the setting to raise.
+TEST(TcpUringFailure, TimeoutErrorNamesTheSettingWhenItIsTheLimit) {
+  EnvGuard env{{"RINGFOLD_TIMEOUT", "0.4"}};
+  Flag done;
+  auto errors = runRanks(2, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 0) {
+      done.waitUp(20s);
+      return;
+    }
+    try {
+      me.to(0).irecv(b.region, 0, 8, 1)->wait(400ms);
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("(RINGFOLD_TIMEOUT is 0.4 s)"), std::string::npos) << what;
+    }
     done.raise();
   });
   expectAllOk(errors);

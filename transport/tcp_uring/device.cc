@@ -174,7 +174,11 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
                                     r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
                                     r.isSend ? "to" : "from", " rank ", peer, ": ");
   const int culprit = blame(peer, what);
-  poisonIo(culprit, detail::concat(what, " (", params::kTimeout.name, " is ", seconds(tuning_.timeout), " s)"));
+  // Name the setting only when it is the limit that ran out: a caller may pass its own (the
+  // benches' -T, a test's communicator timeout).
+  what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
+                                     : detail::concat(" (the caller's limit is ", seconds(timeout), " s)");
+  poisonIo(culprit, what);
   throwPoison();
 }
 
