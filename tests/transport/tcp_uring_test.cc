@@ -331,10 +331,11 @@ INSTANTIATE_TEST_SUITE_P(TcpUring, Mesh, ::testing::Combine(::testing::Values(3,
 
 namespace tu = transport::tcp_uring;
 
-// Meshes two ranks (threads) with the given options through `store`; returns each rank's socket
-// to the other.
-std::pair<tu::Socket, tu::Socket> meshPair(rendezvous::Store& store, const tu::MeshOptions& for0,
-                                           const tu::MeshOptions& for1) {
+// Meshes two ranks (threads) with the given options through `store`; returns each rank's
+// sockets to the other.
+std::pair<std::vector<tu::Socket>, std::vector<tu::Socket>> meshRows(rendezvous::Store& store,
+                                                                     const tu::MeshOptions& for0,
+                                                                     const tu::MeshOptions& for1) {
   std::vector<std::vector<tu::Socket>> zeros, ones;
   std::exception_ptr err;
   std::thread one([&] {
@@ -351,7 +352,14 @@ std::pair<tu::Socket, tu::Socket> meshPair(rendezvous::Store& store, const tu::M
   zeros = tu::connectMesh(store, o);
   one.join();
   if (err) std::rethrow_exception(err);
-  return {std::move(zeros[1][0]), std::move(ones[0][0])};
+  return {std::move(zeros[1]), std::move(ones[0])};
+}
+
+// The same, for one socket per peer: each rank's socket to the other.
+std::pair<tu::Socket, tu::Socket> meshPair(rendezvous::Store& store, const tu::MeshOptions& for0,
+                                           const tu::MeshOptions& for1) {
+  auto [row0, row1] = meshRows(store, for0, for1);
+  return {std::move(row0.at(0)), std::move(row1.at(0))};
 }
 
 std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu::MeshOptions& for1) {
@@ -387,6 +395,31 @@ TEST(TcpUringMesh, SameHostPeersAreJoinedByUnixSockets) {
   EXPECT_EQ(byte, 'u');
 }
 
+// Several sockets per peer spread TCP flows; a same-host peer gets one Unix socket whatever the
+// setting, and the two ends agree on it.
+TEST(TcpUringMesh, SameHostPeersGetOneUnixSocketWhateverSocketsPerPeer) {
+  EnvGuard env;
+  tu::MeshOptions o = pairOptions();
+  o.socketsPerPeer = 3;
+  rendezvous::HashStore store;
+  auto [row0, row1] = meshRows(store, o, o);
+  ASSERT_EQ(row0.size(), 1u);
+  ASSERT_EQ(row1.size(), 1u);
+  EXPECT_TRUE(tu::isUnixSocket(row0[0].fd()));
+  EXPECT_TRUE(tu::isUnixSocket(row1[0].fd()));
+}
+
+// Rows of sockets to one peer: sizes and kinds.
+void expectTcpRows(const std::vector<tu::Socket>& row0, const std::vector<tu::Socket>& row1, size_t count) {
+  ASSERT_EQ(row0.size(), count);
+  ASSERT_EQ(row1.size(), count);
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_TRUE(row0[i].valid() && row1[i].valid()) << i;
+    EXPECT_FALSE(tu::isUnixSocket(row0[i].fd())) << i;
+    EXPECT_FALSE(tu::isUnixSocket(row1[i].fd())) << i;
+  }
+}
+
 TEST(TcpUringMesh, EitherRankAskingForTcpGetsTcp) {
   EnvGuard env;
   for (int which = 0; which < 2; ++which) {
@@ -403,10 +436,11 @@ TEST(TcpUringMesh, EitherRankAskingForTcpGetsTcp) {
 TEST(TcpUringMesh, PeersOnAnotherHostUseTcp) {
   EnvGuard env;
   tu::MeshOptions a = pairOptions(), b = pairOptions();
+  a.socketsPerPeer = b.socketsPerPeer = 2;
   b.hostId = "another-boot.0:0";
-  auto [at0, at1] = meshPair(a, b);
-  EXPECT_FALSE(tu::isUnixSocket(at0.fd()));
-  EXPECT_FALSE(tu::isUnixSocket(at1.fd()));
+  rendezvous::HashStore store;
+  auto [row0, row1] = meshRows(store, a, b);
+  expectTcpRows(row0, row1, 2);
 }
 
 
@@ -432,11 +466,11 @@ TEST(TcpUringMesh, UnreachableUnixSocketFallsBackToTcp) {
   EnvGuard env;
   BrokenUnixNameStore store;
   auto start = std::chrono::steady_clock::now();
-  auto [at0, at1] = meshPair(store, pairOptions(), pairOptions());
+  tu::MeshOptions o = pairOptions();
+  o.socketsPerPeer = 2;  // the one Unix socket it meant to open becomes the full TCP set
+  auto [row0, row1] = meshRows(store, o, o);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  ASSERT_TRUE(at0.valid());
-  EXPECT_FALSE(tu::isUnixSocket(at0.fd()));
-  EXPECT_FALSE(tu::isUnixSocket(at1.fd()));
+  expectTcpRows(row0, row1, 2);
 }
 
 // The published "ip:port token host unix-name" of `rank`, split at spaces.

@@ -105,7 +105,8 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   int local = 0;
   for (auto& p : peers_) local += (p && p->overUnix()) ? 1 : 0;
   RF_LOG(kDebug) << "connected to " << size - 1 << " peers (" << local << " on this host over Unix sockets), "
-                 << tuning_.socketsPerPeer << " sockets each, io_uring " << ring_->setupName();
+                 << tuning_.socketsPerPeer << " TCP sockets to each other peer, one Unix socket to a local one, io_uring "
+                 << ring_->setupName();
   return links;
 }
 

@@ -281,6 +281,7 @@ class Mesh {
       : store_(store), o_(o), token_(rendezvous::generateSecret()), unixFailed_(o.size, false) {
     RF_ENFORCE_EQ(token_.size(), kTokenBytes, "mesh token length");
     result_.resize(o.size);
+    // A lower rank that turns out to reach us by a Unix socket sends one (see onHello).
     for (int p = 0; p < o.size; ++p) {
       if (p != o.rank) result_[p].resize(o.socketsPerPeer);
     }
@@ -301,7 +302,11 @@ class Mesh {
                                            params::kStartTimeout.name, ")"));
       }
       addresses_.emplace_back(peer, parseAddress(text, peer));
-      for (int i = 0; i < o_.socketsPerPeer; ++i) startConnect(peer, i);
+      // One Unix socket is enough: several sockets help spread TCP flows over a link's queues
+      // and paths, and between two processes of one kernel there are none.
+      const int count = viaUnix(peer, addresses_.back().second) ? 1 : o_.socketsPerPeer;
+      result_[peer].resize(count);
+      for (int i = 0; i < count; ++i) startConnect(peer, i);
     }
     while (missing() > 0) step();
     for (auto& row : result_) {
@@ -395,6 +400,8 @@ class Mesh {
       RF_LOG(kWarning) << "cannot connect to rank " << peer << "'s Unix socket (" << std::strerror(errno)
                        << "); using TCP to reach it";
       unixFailed_[peer] = true;
+      result_[peer].resize(o_.socketsPerPeer);  // the one Unix socket becomes a TCP set
+      for (int i = index + 1; i < o_.socketsPerPeer; ++i) startConnect(peer, i);
       return startConnect(peer, index);
     }
     if (r != 0 && errno != EINPROGRESS) {  // refused (TCP), or a Unix listener's backlog full (EAGAIN)
@@ -534,8 +541,10 @@ class Mesh {
       RF_THROW(InvalidArgument, "rank ", h.rank, " was started with ", h.size, " ranks, rank ", o_.rank, " with ",
                o_.size);
     }
+    // A lower rank on this host sends its one socket here (see run()).
+    const bool overUnix = isUnixSocket(p.sock.fd());
     if (h.magic != kHelloMagic || h.rank < 0 || h.rank >= o_.rank || h.socketIndex < 0 ||
-        h.socketIndex >= o_.socketsPerPeer) {
+        h.socketIndex >= (overUnix ? 1 : o_.socketsPerPeer)) {
       RF_LOG(kWarning) << "dropping a connection with an unexpected hello (magic " << h.magic << ", rank " << h.rank
                        << ")";
       p.sock.reset();
@@ -549,7 +558,12 @@ class Mesh {
       p.peer = -1;
       return;
     }
-    if (result_[h.rank][h.socketIndex].valid()) {
+    // A rank's sockets are all Unix or all TCP: it falls back to TCP only when its Unix connect
+    // is refused, before any hello.
+    std::vector<Socket>& row = result_[h.rank];
+    const auto held = std::find_if(row.begin(), row.end(), [](const Socket& s) { return s.valid(); });
+    if ((held != row.end() && isUnixSocket(held->fd()) != overUnix) ||
+        (h.socketIndex < static_cast<int>(row.size()) && row[h.socketIndex].valid())) {
       RF_LOG(kWarning) << "dropping a second connection from rank " << h.rank << " socket " << h.socketIndex;
       p.sock.reset();
       p.peer = -1;
@@ -562,7 +576,8 @@ class Mesh {
       p.peer = -1;
       return;
     }
-    result_[h.rank][h.socketIndex] = std::move(p.sock);
+    row.resize(overUnix ? 1 : o_.socketsPerPeer);
+    row[h.socketIndex] = std::move(p.sock);
     p.peer = -2;
   }
 

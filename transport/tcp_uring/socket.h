@@ -1,5 +1,6 @@
 // Sockets of the tcp_uring backend: choosing the interface to listen on, socket options, and
-// the start-up mesh (every rank connected to every other by socketsPerPeer TCP sockets).
+// the start-up mesh (every rank connected to every other by socketsPerPeer TCP sockets, or one
+// Unix socket on the same host).
 //
 // Interface selection (RINGFOLD_SOCKET_IFNAME, NCCL syntax): a comma-separated list of names;
 // each matches interfaces whose name starts with it, or equals it exactly when the list starts
@@ -142,8 +143,9 @@ struct MeshOptions {
   std::chrono::milliseconds timeout{60000};
 };
 
-// Connects this rank to every other; returns sockets[peer][index] (empty at `rank`), blocking
-// mode, options not yet set. Throws IoError naming the first rank that did not publish its
+// Connects this rank to every other; returns sockets[peer][index] (empty at `rank`): one Unix
+// socket to a peer on this host (see MeshOptions::localUnix), else socketsPerPeer TCP sockets.
+// Blocking mode, options not yet set. Throws IoError naming the first rank that did not publish its
 // address, could not be reached, or never connected within the timeout.
 std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options);
 
