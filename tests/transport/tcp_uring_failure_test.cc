@@ -1,12 +1,15 @@
 // tcp_uring failure paths with ranks as threads: check mismatches, abort propagation, timeouts,
 // closed peers, abandoned requests, connect timeouts, and that a waiting rank sleeps.
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <atomic>
 
 #include "common/params.h"
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
+#include "transport/tcp_uring/frame.h"
+#include "transport/tcp_uring/socket.h"
 
 namespace ringfold::test {
 namespace {
@@ -196,6 +199,119 @@ TEST(TcpUringFailure, TimeoutErrorNamesTheSettingWhenItIsTheLimit) {
     done.raise();
   });
   expectAllOk(errors);
+}
+
+// ---- WAITING notices over several sockets per peer ------------------------------------------
+// Rank 0 is a real device; ranks 1 and 2 are hand-driven meshes with two sockets per peer that
+// write frames on chosen sockets, so the order in which rank 0 reads them is fixed.
+
+namespace tu = transport::tcp_uring;
+
+void writeFrame(const tu::Socket& s, tu::FrameHeader h, const std::string& payload = {}) {
+  h.magic = tu::kFrameMagic;
+  h.length = payload.size();
+  ASSERT_EQ(::send(s.fd(), &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  if (!payload.empty()) {
+    ASSERT_EQ(::send(s.fd(), payload.data(), payload.size(), MSG_NOSIGNAL), static_cast<ssize_t>(payload.size()));
+  }
+}
+
+tu::FrameHeader waitingFrame(uint32_t seq, uint64_t firstLaterMessage, int waitedOn) {
+  tu::FrameHeader h{};
+  h.type = static_cast<uint8_t>(tu::FrameType::kWaiting);
+  h.seq = seq;
+  h.msgId = firstLaterMessage;
+  h.tag = waitedOn < 0 ? tu::kNoRank : static_cast<uint64_t>(waitedOn);
+  h.total = 5000;  // ms waited
+  return h;
+}
+
+// Rank 0 waits 1.5 s for a message from rank 1 that never comes, while `script` writes rank 1's
+// frames to rank 0 (sockets[0] and sockets[1]). Returns the IoError rank 0 got.
+IoError rankZeroTimesOut(const std::function<void(std::vector<tu::Socket>& toRankZero)>& script) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "2"}};
+  rendezvous::HashStore store;
+  Flag done;
+  std::optional<IoError> caught;
+  std::vector<std::thread> raw;
+  for (int r : {1, 2}) {
+    raw.emplace_back([&, r] {
+      tu::MeshOptions o;
+      o.prefix = "t";
+      o.rank = r;
+      o.size = 3;
+      o.socketsPerPeer = 2;
+      o.listenAddress = "127.0.0.1";
+      o.localUnix = false;
+      o.timeout = 20s;
+      auto mesh = tu::connectMesh(store, o);
+      if (r == 1) script(mesh[0]);
+      done.waitUp(20s);  // keeps the sockets open: silent, not gone
+    });
+  }
+  try {
+    auto device = transport::createDevice("tcp_uring");
+    auto peers = device->connectAll(store, "t", 0, 3, 20s);
+    Buffer b(8);
+    peers[1]->irecv(b.region, 0, 8, 99)->wait(1500ms);
+    ADD_FAILURE() << "expected IoError";
+  } catch (const IoError& e) {
+    caught = e;
+  }
+  done.raise();
+  for (auto& t : raw) t.join();
+  if (!caught) return IoError(-1, "no error");
+  return *caught;
+}
+
+// Rank 1 says it waits for rank 2 (socket 0); a chunk of a message it sent before that arrives
+// afterwards on its other socket. That chunk does not withdraw the notice: rank 0 follows it and
+// blames rank 2, the one that went silent.
+TEST(TcpUringFailure, AnEarlierMessageOnAnotherSocketDoesNotWithdrawANotice) {
+  const IoError e = rankZeroTimesOut([](std::vector<tu::Socket>& s) {
+    writeFrame(s[0], waitingFrame(1, 1, 2));
+    std::this_thread::sleep_for(300ms);
+    tu::FrameHeader data{};
+    data.type = static_cast<uint8_t>(tu::FrameType::kData);
+    data.msgId = 0;  // sent before the notice
+    data.tag = 5;
+    data.total = 8;
+    writeFrame(s[1], data, "12345678");
+  });
+  const std::string what = e.what();
+  EXPECT_EQ(e.peerRank(), 2) << what;
+  EXPECT_NE(what.find("rank 1 is alive but said it had waited 5.0 s for rank 2"), std::string::npos) << what;
+}
+
+// The same with a message rank 1 started after its notice: it got past that wait, and rank 0
+// blames rank 1 itself.
+TEST(TcpUringFailure, ALaterMessageWithdrawsANotice) {
+  const IoError e = rankZeroTimesOut([](std::vector<tu::Socket>& s) {
+    writeFrame(s[0], waitingFrame(1, 1, 2));
+    std::this_thread::sleep_for(300ms);
+    tu::FrameHeader data{};
+    data.type = static_cast<uint8_t>(tu::FrameType::kData);
+    data.msgId = 0;
+    data.tag = 5;
+    data.total = 8;
+    writeFrame(s[1], data, "12345678");
+    data.msgId = 1;  // the first message after the notice
+    writeFrame(s[1], data, "12345678");
+  });
+  EXPECT_EQ(e.peerRank(), 1) << e.what();
+}
+
+// Rank 1's withdrawal (socket 0) overtakes the notice it sent before it (socket 1): the stale
+// notice is ignored, and rank 0 blames rank 1.
+TEST(TcpUringFailure, ANoticeOvertakenByItsWithdrawalIsIgnored) {
+  const IoError e = rankZeroTimesOut([](std::vector<tu::Socket>& s) {
+    writeFrame(s[0], waitingFrame(2, 0, -1));
+    std::this_thread::sleep_for(300ms);
+    writeFrame(s[1], waitingFrame(1, 0, 2));
+  });
+  const std::string what = e.what();
+  EXPECT_EQ(e.peerRank(), 1) << what;
+  EXPECT_EQ(what.find("is alive"), std::string::npos) << what;
 }
 
 // Rank 1 goes silent; rank 2 waits for it, and rank 0 waits for rank 2 with a shorter timeout,

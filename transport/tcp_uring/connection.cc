@@ -287,7 +287,8 @@ void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
 }
 
 void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited) {
-  const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, 0, 0,
+  // Numbered, and marked with the first message id isend will give out after it (frame.h).
+  const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, ++waitingSent_, nextSendId_,
                       waitedOn < 0 ? kNoRank : static_cast<uint64_t>(waitedOn), 0,
                       static_cast<uint64_t>(waited.count()), 0, 0};
   for (auto& s : sockets_) {
@@ -352,7 +353,6 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
     return;
   }
   lastHeard_ = std::chrono::steady_clock::now();
-  waiting_ = {};  // the peer sent something: its notice (if this recv holds one) is parsed again
   if (!direct) {
     s.end += static_cast<size_t>(res);
     parse(s);
@@ -429,11 +429,15 @@ void PeerLink::parse(SocketState& s) {
     if (h.type == static_cast<uint8_t>(FrameType::kWaiting)) {
       if (h.length != 0) return protocolError(s, "WAITING frame with a payload");
       s.begin += kHeader;
+      if (h.seq <= waitingSeen_) continue;  // overtaken on another socket by a later one
+      waitingSeen_ = h.seq;
       waiting_ = {};
-      if (h.tag != kNoRank) waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total)};
+      if (h.tag != kNoRank) waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total), h.msgId};
       continue;
     }
     if (h.type != static_cast<uint8_t>(FrameType::kData)) return protocolError(s, "unknown frame type");
+    // A message the peer sent after its notice: it got past that wait.
+    if (waiting_.waitedOn >= 0 && h.msgId >= waiting_.firstLaterMessage) waiting_ = {};
     if (h.length > h.total || h.offset > h.total - h.length) return protocolError(s, "chunk outside its message");
     Inbound* m;
     if (h.msgId < nextResolve_) {

@@ -78,10 +78,11 @@ class PeerLink {
   // Tells this peer that the local rank has waited `waited` for rank `waitedOn` (a WAITING
   // frame on one socket; see frame.h). Best effort: skipped if no socket can take it.
   void queueWaiting(int waitedOn, std::chrono::milliseconds waited);
-  // What this peer last said it waits for, as long as it has sent nothing since.
+  // What this peer last said it waits for, as long as no message it sent later has arrived.
   struct WaitingNotice {
     int waitedOn = -1;  // -1: no notice
     std::chrono::milliseconds waited{0};
+    uint64_t firstLaterMessage = 0;  // a frame of this message id or later withdraws the notice
   };
   const WaitingNotice& waitingNotice() const { return waiting_; }
   void cancelAll();                    // queues an async cancel for every socket with ops in flight
@@ -133,6 +134,8 @@ class PeerLink {
   std::string failure_;        // why, for requests that still need the peer
   std::chrono::steady_clock::time_point lastHeard_;
   WaitingNotice waiting_;
+  uint32_t waitingSent_ = 0;  // WAITING frames sent to this peer (their number)
+  uint32_t waitingSeen_ = 0;  // the highest number of a WAITING frame from this peer
 };
 
 class TcpRequest final : public Request {

@@ -14,7 +14,11 @@
 //             waited (ms). A peer that then times out on this rank follows these notices to the
 //             rank that actually went silent, instead of blaming a healthy rank that is itself
 //             stuck behind it. A WAITING frame with `tag` kNoRank (sent when the wait ends), or
-//             any later byte from the sender, withdraws its notice.
+//             a frame of any message the sender started after the notice (`msgId` of the notice:
+//             the sender's next message id), withdraws it. Frames of earlier messages do not:
+//             with several sockets they can arrive after the notice. `seq` numbers a
+//             sender's WAITING frames to one peer (1, 2, ...), so one overtaken on another socket
+//             by a later one is ignored.
 // Byte order is the host's (little-endian clusters only; checked at compile time).
 #pragma once
 
@@ -39,7 +43,7 @@ struct FrameHeader {
   uint16_t magic;
   uint8_t type;     // FrameType
   uint8_t kind;     // ABORT: transport::ErrorKind
-  uint32_t reserved;
+  uint32_t seq;      // WAITING: its number among the sender's WAITING frames to this peer
   uint64_t msgId;
   uint64_t tag;
   uint64_t check;
