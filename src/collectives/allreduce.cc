@@ -139,7 +139,7 @@ struct Unit {
   }
 };
 
-void ringAllreduce(Communicator& comm, const Args& a) {
+void ringRound(Communicator& comm, const Args& a) {
   const int n = comm.size(), r = comm.rank();
   const int left = sched::mod(r - 1, n), right = sched::mod(r + 1, n);
   const size_t es = a.es;
@@ -260,6 +260,26 @@ void ringAllreduce(Communicator& comm, const Args& a) {
   }
   topUpStep0(true);  // a block with more segments than this rank receives
   flight.waitAllSends();
+}
+
+// The ring in rounds of n chunks of at most RINGFOLD_RING_CHUNK_BYTES, each a whole ring
+// allreduce: what a rank folds or receives in a round is forwarded while it is still in cache.
+// Over the whole buffer at once, a rank's chunk of a 64 MiB buffer at 4 ranks is 16 MiB, and it
+// drains its socket buffers and folds from memory. Measured on loopback, 4 ranks, 64 MiB,
+// in-place busbw: one round 1.06-1.15 GB/s over TCP, rounds of 4 x 256 KiB 1.61-1.73 (4 x 128
+// KiB 0.98-1.15, 4 x 512 KiB 1.48-1.52); over Unix sockets 1.49-1.51 against 2.08-2.12. Every
+// round reuses the collective's tags: the transport pairs equal tags in order, and every rank
+// runs the same rounds (a count, dtype or op mismatch is caught in the first, by its check).
+void ringAllreduce(Communicator& comm, const Args& a) {
+  const size_t roundElems = sched::ringRoundElems(a.count, comm.size(), comm.tuning().ringChunkBytes, a.es);
+  if (roundElems == a.count) return ringRound(comm, a);
+  for (size_t off = 0; off < a.count; off += roundElems) {
+    Args part = a;
+    part.src = a.src + off * a.es;
+    part.dst = a.dst + off * a.es;
+    part.count = std::min(roundElems, a.count - off);
+    ringRound(comm, part);
+  }
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 //            folded straight from the receive buffer into recvbuf (out of place, the first fold
 //            reads sendbuf directly, so there is no separate copy pass), and it is sent on as
 //            soon as it is folded. The owner of each chunk applies postScale (and 1/size for
-//            kAvg) once, before the allgather, so every rank ends with the same bits.
+//            kAvg) once, before the allgather, so every rank ends with the same bits. A buffer
+//            of more than n x RINGFOLD_RING_CHUNK_BYTES goes in rounds of that size, each a
+//            whole ring (sched::ringRoundElems), so its data is forwarded while still in cache.
 //   direct : one exchange: every rank sends its whole buffer to every other rank and folds
 //            the n contributions in rank order 0..n-1. Pipelined: the buffers travel in about
 //            four segments, and each segment is folded as soon as every peer's copy of it has

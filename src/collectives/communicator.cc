@@ -53,6 +53,7 @@ CollectiveTuning tuningFromParams() {
   CollectiveTuning t;
   t.allreduceAlgorithm = params::kAlgo.str();
   if (params::kDirectMaxBytes.isSet()) t.directMaxBytes = params::kDirectMaxBytes.asBytes();
+  t.ringChunkBytes = params::kRingChunkBytes.asBytes();
   return t;
 }
 

@@ -43,6 +43,7 @@ class Store;
 struct CollectiveTuning {
   std::string allreduceAlgorithm = "auto";     // RINGFOLD_ALGO: auto, ring or direct
   std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: sched::directMaxBytes
+  uint64_t ringChunkBytes = 256 << 10;         // RINGFOLD_RING_CHUNK_BYTES; 0: one round
 };
 
 class Communicator {

@@ -35,6 +35,11 @@ Range segment(Range range, size_t segElems, size_t k) {
   return s;
 }
 
+size_t ringRoundElems(size_t count, int n, size_t chunkBytes, size_t elemSize) {
+  if (chunkBytes == 0) return count;
+  return std::min(count, static_cast<size_t>(n) * std::max<size_t>(1, chunkBytes / elemSize));
+}
+
 int disseminationRounds(int n) {
   int rounds = 0;
   for (int reach = 1; reach < n; reach *= 2) ++rounds;

@@ -4,6 +4,8 @@
 //   chunk   : the part of a buffer of `count` elements that ring step logic assigns to one rank.
 //             Chunk c of n holds count/n elements, plus one for the first count%n chunks, and
 //             chunks are contiguous in rank order (so count < n leaves trailing chunks empty).
+//   round   : the ring allreduce of a large buffer runs in rounds (ringRoundElems), each a whole
+//             ring over its own part of the buffer, chunked as above.
 //   segment : the unit the pipeline moves: a chunk is cut into segments of `segElems`
 //             elements (the last one shorter). An empty chunk still has one (empty) segment, so
 //             every ring step carries at least one message and its check word.
@@ -47,6 +49,11 @@ size_t segmentElems(size_t segmentBytes, size_t elemSize);
 size_t segmentCount(size_t length, size_t segElems);
 // Segment k of `range` (absolute offsets); the last may be shorter, an empty range gives {off,0}.
 Range segment(Range range, size_t segElems, size_t k);
+
+// Elements per round of the ring allreduce: a buffer goes in rounds of n chunks of at most
+// `chunkBytes` (at least one element each), the last round shorter, and each round is a whole
+// ring allreduce of its elements; chunkBytes 0 puts the whole buffer in one round.
+size_t ringRoundElems(size_t count, int n, size_t chunkBytes, size_t elemSize);
 
 // Ring reduce-scatter / allgather chunk indices (see above).
 inline int ringReduceSendChunk(int r, int s, int n) { return mod(r - s - 1, n); }

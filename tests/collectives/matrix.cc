@@ -59,8 +59,10 @@ void checkAllreduce(int n, DataType t, const std::vector<ReduceCase>& cases,
     for (int r = 0; r < n; ++r) {
       prep[i].inputs.push_back(testref::makeInput(t, c.count, r, 11 + i, c.op == ReduceOp::kProd));
     }
-    prep[i].ring = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale, true);
-    prep[i].direct = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale, false);
+    prep[i].ring = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale, true,
+                                               group.ringChunkBytes);
+    prep[i].direct = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale,
+                                                 false, group.ringChunkBytes);
   }
   auto errors = runRanks(n, [&](Communicator& comm) {
     const int r = comm.rank();

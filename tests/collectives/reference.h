@@ -91,9 +91,11 @@ inline double finalScaleOf(ReduceOp op, double postScale, int n) {
   return op == ReduceOp::kAvg ? postScale / n : postScale;
 }
 
-// allreduce reference: ring (chunk c from rank c+1) or direct (rank order from 0).
+// allreduce reference: ring (chunk c from rank c+1) or direct (rank order from 0). The ring runs
+// in rounds of n chunks of at most ringChunkBytes (0: one round), each chunked on its own.
 inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
-                                ReduceOp op, double preScale, double postScale, bool ring) {
+                                ReduceOp op, double preScale, double postScale, bool ring,
+                                size_t ringChunkBytes) {
   const int n = static_cast<int>(inputs.size());
   const size_t es = dataTypeSize(t);
   auto contributions = preScaled(red, inputs, t, preScale);
@@ -103,10 +105,15 @@ inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, 
     foldRange(red, contributions, 0, count, 0, t, op, f, out.data());
     return out;
   }
-  for (int c = 0; c < n; ++c) {
-    size_t off, len;
-    chunkOf(count, n, c, off, len);
-    foldRange(red, contributions, off, len, (c + 1) % n, t, op, f, out.data() + off * es);
+  const size_t perChunk = ringChunkBytes / es > 0 ? ringChunkBytes / es : 1;
+  const size_t round = ringChunkBytes == 0 ? count : n * perChunk;
+  for (size_t start = 0; start < count; start += round) {
+    const size_t inRound = std::min(round, count - start);
+    for (int c = 0; c < n; ++c) {
+      size_t off, len;
+      chunkOf(inRound, n, c, off, len);
+      foldRange(red, contributions, start + off, len, (c + 1) % n, t, op, f, out.data() + (start + off) * es);
+    }
   }
   return out;
 }

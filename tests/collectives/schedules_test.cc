@@ -99,6 +99,17 @@ TEST(Schedules, DirectMaxBytesIsTheCostModelCrossover) {
   EXPECT_EQ(sched::directMaxBytes(2, slow), 4u << 20);
 }
 
+TEST(Schedules, RingRoundElems) {
+  constexpr size_t K = 1024;
+  // n chunks of chunkBytes per round; the whole buffer when it fits or when chunkBytes is 0.
+  EXPECT_EQ(sched::ringRoundElems(1000000, 4, 256 * K, 4), 4 * 64 * K);
+  EXPECT_EQ(sched::ringRoundElems(100, 4, 256 * K, 4), 100u);
+  EXPECT_EQ(sched::ringRoundElems(1000000, 4, 0, 4), 1000000u);
+  EXPECT_EQ(sched::ringRoundElems(0, 4, 256 * K, 4), 0u);
+  // A chunk smaller than an element still holds one.
+  EXPECT_EQ(sched::ringRoundElems(1000, 3, 2, 8), 3u);
+}
+
 TEST(Schedules, DirectSegmentBytes) {
   constexpr size_t K = 1024;
   EXPECT_EQ(sched::directSegmentBytes(512 * K, 1024 * K), 256 * K);  // a quarter of the buffer

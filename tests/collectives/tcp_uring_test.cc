@@ -139,6 +139,9 @@ int forkedRank() {
   auto comm = Communicator::fromEnvironment();
   comm->setSegmentBytes(4096);
   comm->setTimeout(20s);
+  CollectiveTuning tuning = comm->tuning();
+  tuning.ringChunkBytes = 8192;  // several ring rounds, each chunk two segments
+  comm->setTuning(tuning);
   const int n = comm->size(), r = comm->rank();
   auto red = makeCpuReducer();
   int wrong = 0;
@@ -148,7 +151,7 @@ int forkedRank() {
       std::vector<testref::Bytes> inputs;
       for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 77));
       auto want = testref::referenceAllreduce(*red, inputs, count, t, ReduceOp::kSum, 1.0, 1.0,
-                                              algo == AllreduceAlgorithm::kRing);
+                                              algo == AllreduceAlgorithm::kRing, tuning.ringChunkBytes);
       testref::Bytes got(want.size());
       AllreduceOptions o;
       o.sendbuf = inputs[r].data();

@@ -32,6 +32,9 @@ std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Comm
         comms[r]->setStore(std::shared_ptr<rendezvous::Store>(&store, [](rendezvous::Store*) {}), "test");
         comms[r]->setTimeout(options.timeout);
         comms[r]->setSegmentBytes(options.segmentBytes);
+        CollectiveTuning tuning = comms[r]->tuning();
+        tuning.ringChunkBytes = options.ringChunkBytes;
+        comms[r]->setTuning(tuning);
         body(*comms[r]);
       } catch (...) {
         errors[r] = std::current_exception();

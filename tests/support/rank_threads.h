@@ -16,6 +16,7 @@ struct GroupOptions {
   std::string transport = "loopback";
   std::chrono::milliseconds timeout{20000};          // each wait of a collective
   size_t segmentBytes = 4096;                        // small, so tests cross segments cheaply
+  size_t ringChunkBytes = 3 * 4096;                  // ring rounds of 3-segment chunks: both cheaply
   std::chrono::milliseconds connectTimeout{20000};
 };
 
