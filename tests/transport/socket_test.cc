@@ -1,6 +1,8 @@
 // Interface selection of the tcp_uring backend, on made-up interface lists (no network used),
 // and the options of its data sockets.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <fstream>
@@ -85,6 +87,60 @@ TEST(DataSocketOptions, UnixSocketGetsALargeSendBufferOnly) {
   ASSERT_NO_THROW(setDataSocketOptions(b.fd(), std::chrono::milliseconds(5000), 64 << 10));
   ASSERT_EQ(getsockopt(b.fd(), SOL_SOCKET, SO_SNDBUF, &got, &len), 0);
   EXPECT_EQ(static_cast<uint64_t>(got), 2 * std::min<uint64_t>(64 << 10, cap));
+}
+
+// Over loopback, TCP gets fixed 4 MiB buffers only when the kernel's maxima allow them: a capped
+// fixed size would be worse than autotuning.
+TEST(DataSocketOptions, LoopbackTcpBufferBytesNeedsBothMaxima) {
+  constexpr uint64_t M = 1u << 20;
+  EXPECT_EQ(loopbackTcpBufferBytes(4 * M, 4 * M), kLoopbackTcpBufferBytes);
+  EXPECT_EQ(loopbackTcpBufferBytes(32 * M, 8 * M), kLoopbackTcpBufferBytes);
+  EXPECT_EQ(loopbackTcpBufferBytes(212992, 4 * M), 0u);  // Debian's default rmem_max
+  EXPECT_EQ(loopbackTcpBufferBytes(4 * M, 212992), 0u);
+}
+
+// A connected loopback TCP pair: the accepted and the connecting socket.
+std::pair<Socket, Socket> loopbackTcpPair() {
+  Socket listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(listener.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(listener.fd(), 1) != 0 ||
+      getsockname(listener.fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return {};
+  }
+  Socket client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (::connect(client.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return {};
+  Socket server(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+  return {std::move(server), std::move(client)};
+}
+
+int bufferOf(int fd, int option) {
+  int got = 0;
+  socklen_t len = sizeof(got);
+  return getsockopt(fd, SOL_SOCKET, option, &got, &len) == 0 ? got : -1;
+}
+
+TEST(DataSocketOptions, LoopbackTcpGetsFixedBuffersWhereTheKernelAllows) {
+  auto [server, client] = loopbackTcpPair();
+  ASSERT_TRUE(server.valid() && client.valid());
+  uint64_t rmem = 0, wmem = 0;
+  std::ifstream("/proc/sys/net/core/rmem_max") >> rmem;
+  std::ifstream("/proc/sys/net/core/wmem_max") >> wmem;
+  const int rcvBefore = bufferOf(server.fd(), SO_RCVBUF), sndBefore = bufferOf(server.fd(), SO_SNDBUF);
+  ASSERT_NO_THROW(setDataSocketOptions(server.fd(), std::chrono::milliseconds(5000), 0));
+  if (loopbackTcpBufferBytes(rmem, wmem) > 0) {
+    // The kernel doubles what it is asked for (bookkeeping overhead).
+    EXPECT_EQ(bufferOf(server.fd(), SO_RCVBUF), static_cast<int>(2 * kLoopbackTcpBufferBytes));
+    EXPECT_EQ(bufferOf(server.fd(), SO_SNDBUF), static_cast<int>(2 * kLoopbackTcpBufferBytes));
+  } else {
+    EXPECT_EQ(bufferOf(server.fd(), SO_RCVBUF), rcvBefore) << "rmem_max " << rmem << " wmem_max " << wmem;
+    EXPECT_EQ(bufferOf(server.fd(), SO_SNDBUF), sndBefore);
+  }
+  // An explicit RINGFOLD_SOCKET_BUFFER_BYTES wins.
+  ASSERT_NO_THROW(setDataSocketOptions(client.fd(), std::chrono::milliseconds(5000), 64 << 10));
+  EXPECT_EQ(bufferOf(client.fd(), SO_RCVBUF), 2 * std::min<int>(64 << 10, static_cast<int>(rmem)));
 }
 
 }  // namespace

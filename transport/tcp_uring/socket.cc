@@ -171,12 +171,46 @@ bool isUnixSocket(int fd) {
 
 // ---- socket options ---------------------------------------------------------------------
 
+uint64_t loopbackTcpBufferBytes(uint64_t rmemMax, uint64_t wmemMax) {
+  return rmemMax >= kLoopbackTcpBufferBytes && wmemMax >= kLoopbackTcpBufferBytes ? kLoopbackTcpBufferBytes : 0;
+}
+
+namespace {
+
+uint64_t sysctlBytes(const char* path) {
+  uint64_t v = 0;
+  std::ifstream in(path);
+  in >> v;
+  return v;
+}
+
+bool peerIsLoopback(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return false;
+  if (a.ss_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+}  // namespace
+
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes) {
   // A Unix stream's send buffer bounds what is queued at the receiver (its receive buffer is not
   // used), and the default (net.core.wmem_default, 208 KiB) makes the sender wait several times
-  // per 512 KiB segment; TCP autotunes both unless told a size.
+  // per 512 KiB segment. TCP autotunes both unless told a size, except over loopback (see
+  // loopbackTcpBufferBytes).
   const bool unixSocket = isUnixSocket(fd);
-  const uint64_t want = bufferBytes > 0 ? bufferBytes : (unixSocket ? kUnixSendBufferBytes : 0);
+  uint64_t want = bufferBytes;
+  if (want == 0 && unixSocket) want = kUnixSendBufferBytes;
+  if (want == 0 && peerIsLoopback(fd)) {
+    want = loopbackTcpBufferBytes(sysctlBytes("/proc/sys/net/core/rmem_max"), sysctlBytes("/proc/sys/net/core/wmem_max"));
+  }
   if (want > 0) {
     int b = static_cast<int>(std::min<uint64_t>(want, 1u << 30));
     RF_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b)), "SO_SNDBUF");

@@ -106,10 +106,21 @@ bool isUnixSocket(int fd);
 // it at net.core.wmem_max): +20-35% busbw at 4 ranks and 4-64 MiB over the 208 KiB default.
 constexpr uint64_t kUnixSendBufferBytes = 4u << 20;
 
-// TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when bufferBytes > 0 (else kernel autotuning); keepalive
-// and TCP_USER_TIMEOUT from `timeout`, so the kernel also gives up on a vanished host. A Unix
-// socket gets only its send buffer (bufferBytes, else kUnixSendBufferBytes): its peer is on
-// this kernel, which reports its death at once.
+// The send and receive buffers of a loopback TCP socket when RINGFOLD_SOCKET_BUFFER_BYTES is 0,
+// given net.core.rmem_max and wmem_max: kLoopbackTcpBufferBytes when both allow it, else 0
+// (autotuning). Autotuning on loopback settles per connection, on the first messages: a job
+// whose first allreduces are 256 KiB ran at about 2.2 GB/s busbw for its whole life at 2 ranks,
+// against 4.4 with 4 MiB buffers, every launch; with a larger first message, or the fixed
+// buffers, it ran at 4.4. A fixed size above the maxima would be capped small and stop
+// autotuning (with Debian's 208 KiB, 2 MiB buffers halved busbw at 1 MiB), hence the check.
+constexpr uint64_t kLoopbackTcpBufferBytes = 4u << 20;
+uint64_t loopbackTcpBufferBytes(uint64_t rmemMax, uint64_t wmemMax);
+
+// TCP_NODELAY; SO_SNDBUF/SO_RCVBUF when bufferBytes > 0, else loopbackTcpBufferBytes for a peer
+// on a loopback address, else kernel autotuning; keepalive and TCP_USER_TIMEOUT from `timeout`,
+// so the kernel also gives up on a vanished host. A Unix socket gets only its send buffer
+// (bufferBytes, else kUnixSendBufferBytes): its peer is on this kernel, which reports its death
+// at once.
 void setDataSocketOptions(int fd, std::chrono::milliseconds timeout, uint64_t bufferBytes);
 
 // The set-up messages on a mesh socket (host byte order: both ends run this code).
