@@ -148,9 +148,21 @@ TEST(TcpUringFailure, AbortOfKindIoNamesTheAbortingRank) {
   expectAllOk(errors);
 }
 
-// A wait that passes its timeout names the silent peer; the device is poisoned afterwards.
-TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
-  EnvGuard env;
+// A wait that passes its timeout names the silent peer; the device is poisoned afterwards. The
+// error names RINGFOLD_TIMEOUT only when that was the limit that ran out, else the caller's.
+struct SilentPeerCase {
+  const char* timeoutSetting;  // RINGFOLD_TIMEOUT ("": unset)
+  std::chrono::milliseconds wait;
+  const char* limitText;       // how the error names the limit
+};
+
+void PrintTo(const SilentPeerCase& c, std::ostream* os) { *os << c.limitText; }
+
+class SilentPeer : public ::testing::TestWithParam<SilentPeerCase> {};
+
+TEST_P(SilentPeer, TimesOutNamingIt) {
+  const SilentPeerCase& c = GetParam();
+  EnvGuard env{{"RINGFOLD_TIMEOUT", c.timeoutSetting}};
   Flag done;
   auto errors = runRanks(2, [&](Rank& me) {
     Buffer b(64);
@@ -161,15 +173,14 @@ TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
     auto other = me.to(0).irecv(b.region, 0, 8, 2);
     auto start = std::chrono::steady_clock::now();
     try {
-      me.to(0).irecv(b.region, 8, 8, 1)->wait(300ms);
+      me.to(0).irecv(b.region, 8, 8, 1)->wait(c.wait);
       ADD_FAILURE() << "expected IoError";
     } catch (const IoError& e) {
       EXPECT_EQ(e.peerRank(), 0);
       std::string what = e.what();
       EXPECT_NE(what.find("timed out"), std::string::npos) << what;
       EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
-      // The limit that ran out is the caller's, not RINGFOLD_TIMEOUT's.
-      EXPECT_NE(what.find("(the caller's limit is 0.3 s)"), std::string::npos) << what;
+      EXPECT_NE(what.find(c.limitText), std::string::npos) << what;
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     EXPECT_THROW(other->test(), IoError);
@@ -179,27 +190,10 @@ TEST(TcpUringFailure, SilentPeerTimesOutNamingIt) {
   expectAllOk(errors);
 }
 
-// When the limit that ran out is RINGFOLD_TIMEOUT, the error names the setting to raise.
-TEST(TcpUringFailure, TimeoutErrorNamesTheSettingWhenItIsTheLimit) {
-  EnvGuard env{{"RINGFOLD_TIMEOUT", "0.4"}};
-  Flag done;
-  auto errors = runRanks(2, [&](Rank& me) {
-    Buffer b(64);
-    if (me.rank == 0) {
-      done.waitUp(20s);
-      return;
-    }
-    try {
-      me.to(0).irecv(b.region, 0, 8, 1)->wait(400ms);
-      ADD_FAILURE() << "expected IoError";
-    } catch (const IoError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("(RINGFOLD_TIMEOUT is 0.4 s)"), std::string::npos) << what;
-    }
-    done.raise();
-  });
-  expectAllOk(errors);
-}
+INSTANTIATE_TEST_SUITE_P(TcpUringFailure, SilentPeer,
+                         ::testing::Values(SilentPeerCase{"", 300ms, "(the caller's limit is 0.3 s)"},
+                                           SilentPeerCase{"0.4", 400ms, "(RINGFOLD_TIMEOUT is 0.4 s)"}),
+                         [](const auto& info) { return info.index == 0 ? "CallersLimit" : "TheSettingsLimit"; });
 
 // ---- WAITING notices over several sockets per peer ------------------------------------------
 // Rank 0 is a real device; ranks 1 and 2 are hand-driven meshes with two sockets per peer that
@@ -214,6 +208,16 @@ void writeFrame(const tu::Socket& s, tu::FrameHeader h, const std::string& paylo
   if (!payload.empty()) {
     ASSERT_EQ(::send(s.fd(), payload.data(), payload.size(), MSG_NOSIGNAL), static_cast<ssize_t>(payload.size()));
   }
+}
+
+// An 8-byte DATA frame header of message `msgId` (tag 5), whole in one frame.
+tu::FrameHeader dataFrame(uint64_t msgId) {
+  tu::FrameHeader h{};
+  h.type = static_cast<uint8_t>(tu::FrameType::kData);
+  h.msgId = msgId;
+  h.tag = 5;
+  h.total = 8;
+  return h;
 }
 
 tu::FrameHeader waitingFrame(uint32_t seq, uint64_t firstLaterMessage, int waitedOn) {
@@ -271,12 +275,7 @@ TEST(TcpUringFailure, AnEarlierMessageOnAnotherSocketDoesNotWithdrawANotice) {
   const IoError e = rankZeroTimesOut([](std::vector<tu::Socket>& s) {
     writeFrame(s[0], waitingFrame(1, 1, 2));
     std::this_thread::sleep_for(300ms);
-    tu::FrameHeader data{};
-    data.type = static_cast<uint8_t>(tu::FrameType::kData);
-    data.msgId = 0;  // sent before the notice
-    data.tag = 5;
-    data.total = 8;
-    writeFrame(s[1], data, "12345678");
+    writeFrame(s[1], dataFrame(0), "12345678");  // message 0: sent before the notice
   });
   const std::string what = e.what();
   EXPECT_EQ(e.peerRank(), 2) << what;
@@ -289,14 +288,8 @@ TEST(TcpUringFailure, ALaterMessageWithdrawsANotice) {
   const IoError e = rankZeroTimesOut([](std::vector<tu::Socket>& s) {
     writeFrame(s[0], waitingFrame(1, 1, 2));
     std::this_thread::sleep_for(300ms);
-    tu::FrameHeader data{};
-    data.type = static_cast<uint8_t>(tu::FrameType::kData);
-    data.msgId = 0;
-    data.tag = 5;
-    data.total = 8;
-    writeFrame(s[1], data, "12345678");
-    data.msgId = 1;  // the first message after the notice
-    writeFrame(s[1], data, "12345678");
+    writeFrame(s[1], dataFrame(0), "12345678");
+    writeFrame(s[1], dataFrame(1), "12345678");  // the first message after the notice
   });
   EXPECT_EQ(e.peerRank(), 1) << e.what();
 }
