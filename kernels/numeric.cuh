@@ -1,6 +1,6 @@
 // Numeric helpers of the kernels' element rules (reduce_ops.cuh), __host__ __device__: which
 // compute types are floating point, bit casts, the canonical NaN, the sign rules of max/min at
-// zero, and integer rounding with saturation (halves away from zero, NaN gives 0), all exactly
+// zero, and integer conversion with saturation (truncated toward zero, NaN gives 0), all exactly
 // as the CPU reducer computes them.
 #pragma once
 
@@ -52,11 +52,12 @@ template <> struct IntRange<uint32_t> { static constexpr uint32_t kMin = 0, kMax
 template <> struct IntRange<int64_t> { static constexpr int64_t kMin = -9223372036854775807ll - 1, kMax = 9223372036854775807ll; };
 template <> struct IntRange<uint64_t> { static constexpr uint64_t kMin = 0, kMax = 18446744073709551615ull; };
 
-template <class T> RF_HOST_DEVICE inline T roundSaturate(double x) {
+// x truncated toward zero (C's conversion, as Horovod's scale_buffer_k), saturated to T's range.
+template <class T> RF_HOST_DEVICE inline T truncSaturate(double x) {
   constexpr double kLo = static_cast<double>(IntRange<T>::kMin);
   constexpr double kHiExclusive = 2.0 * static_cast<double>(IntRange<T>::kMax / 2 + 1);
   if (x != x) return 0;
-  const double r = ::round(x);  // halves away from zero, host and device alike
+  const double r = ::trunc(x);  // toward zero, host and device alike
   if (r <= kLo) return IntRange<T>::kMin;
   if (r >= kHiExclusive) return IntRange<T>::kMax;
   return static_cast<T>(r);

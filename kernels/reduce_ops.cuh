@@ -11,7 +11,9 @@
 //   * reduceElement(a, b, scales): b is first multiplied by scales.pre and rounded to T (the
 //     allreduce's per-rank pre-scale, fused), then a op b, then * scales.post; float results
 //     that are NaN become the canonical quiet NaN whenever the op computes (sum, prod) or a
-//     scale applies. Integer scaling is in double, rounded half away from zero, saturated.
+//     scale applies. float16/bfloat16 round a op b to T before the post-scale, then round the
+//     scaled float32 again (Horovod's order: reduce, then scale the buffer). Integer scaling is
+//     in double, truncated toward zero (C's conversion, as Horovod), saturated.
 //   * scaleElement(x, f): x * f by the same rules (callers copy bits when f == 1).
 //   * compressElement / decompressElement: float32 -> float16/bfloat16 of x * scale (one
 //     float32 multiply, then the round-to-nearest-even conversion of half.h), and back:
@@ -99,7 +101,7 @@ template <class T> RF_HOST_DEVICE inline T scaleElement(T x, double factor) {
   if constexpr (kIsFloat<C>) {
     return Elem<T>::store(canon(static_cast<C>(Elem<T>::load(x) * static_cast<C>(factor))));
   } else {
-    return roundSaturate<T>(static_cast<double>(x) * factor);
+    return truncSaturate<T>(static_cast<double>(x) * factor);
   }
 }
 
@@ -108,11 +110,11 @@ template <class T, class Op> RF_HOST_DEVICE inline T reduceElement(T a, T b, con
   if (s.hasPre) b = scaleElement(b, s.pre);
   C r = Op::apply(Elem<T>::load(a), Elem<T>::load(b));
   if constexpr (kIsFloat<C>) {
-    if (s.hasPost) r = r * static_cast<C>(s.post);
-    if (Op::kComputes || s.hasPost) r = canon(r);
-    return Elem<T>::store(r);
+    if (Op::kComputes) r = canon(r);
+    if (!s.hasPost) return Elem<T>::store(r);
+    return scaleElement(Elem<T>::store(r), s.post);  // T == C for float32/float64: one rounding
   } else {
-    return s.hasPost ? roundSaturate<T>(static_cast<double>(r) * s.post) : r;
+    return s.hasPost ? truncSaturate<T>(static_cast<double>(r) * s.post) : r;
   }
 }
 

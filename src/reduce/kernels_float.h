@@ -122,6 +122,23 @@ size_t streamHead(const T* dst, size_t n) {
   return head < n ? head : n;
 }
 
+template <class S, Fmt F>
+void scaleFloat(void* dstv, const void* srcv, size_t n, double factor) {
+  using IO = Io<F>;
+  using T = typename IO::T;
+  using C = typename IO::C;
+  T* dst = static_cast<T*>(dstv);
+  const T* src = static_cast<const T*>(srcv);
+  constexpr size_t L = stepLanes<F, S>();
+  const auto vs = S::splat(static_cast<C>(factor));
+  auto fn = [vs](auto v) { return S::canon(S::mul(v, vs)); };
+  size_t i = 0;
+  for (; i + L <= n; i += L) step1<F, S>(dst + i, src + i, fn);
+  if constexpr (L > 1) {
+    if (i < n) scaleFloat<ScalarSimd, F>(dst + i, src + i, n - i, factor);
+  }
+}
+
 // kNt: non-temporal stores (SIMD paths only), for large out-of-place reductions.
 template <class S, Fmt F, class Op, bool kScaled, bool kNt = false>
 void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double scale) {
@@ -131,6 +148,18 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
   T* dst = static_cast<T*>(dstv);
   const T* a = static_cast<const T*>(av);
   const T* b = static_cast<const T*>(bv);
+  if constexpr (kScaled && (F == Fmt::kHalf || F == Fmt::kBf16)) {
+    // As Horovod: the reduction is rounded to the 16-bit type first, then scaled in float32
+    // and rounded again (its reduction and its ScaleBuffer are two passes over the buffer).
+    // In blocks, so that dst is still in L1 for the second pass.
+    constexpr size_t kBlock = 2048;
+    for (size_t j = 0; j < n; j += kBlock) {
+      const size_t m = n - j < kBlock ? n - j : kBlock;
+      reduceFloat<S, F, Op, false>(dst + j, a + j, b + j, m, 1.0);
+      scaleFloat<S, F>(dst + j, dst + j, m, scale);
+    }
+    return;
+  }
   size_t i = 0;
   if constexpr (kNt) {
     i = streamHead(dst, n);
@@ -149,23 +178,6 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
   if constexpr (kNt) S::fence();
   if constexpr (L > 1) {
     if (i < n) reduceFloat<ScalarSimd, F, Op, kScaled>(dst + i, a + i, b + i, n - i, scale);
-  }
-}
-
-template <class S, Fmt F>
-void scaleFloat(void* dstv, const void* srcv, size_t n, double factor) {
-  using IO = Io<F>;
-  using T = typename IO::T;
-  using C = typename IO::C;
-  T* dst = static_cast<T*>(dstv);
-  const T* src = static_cast<const T*>(srcv);
-  constexpr size_t L = stepLanes<F, S>();
-  const auto vs = S::splat(static_cast<C>(factor));
-  auto fn = [vs](auto v) { return S::canon(S::mul(v, vs)); };
-  size_t i = 0;
-  for (; i + L <= n; i += L) step1<F, S>(dst + i, src + i, fn);
-  if constexpr (L > 1) {
-    if (i < n) scaleFloat<ScalarSimd, F>(dst + i, src + i, n - i, factor);
   }
 }
 

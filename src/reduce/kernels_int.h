@@ -1,6 +1,7 @@
 // Integer kernels of reduce_kernels.h: GCC vector extensions of RF_INT_VEC_BYTES bytes; sum and
 // prod in unsigned arithmetic (wrap-around), max/min signed or unsigned as the type is; scaling
-// in double, rounded half away from zero and saturated. Per-ISA translation units only.
+// in double, truncated toward zero (C's conversion, as Horovod) and saturated. Per-ISA
+// translation units only.
 #pragma once
 
 #include <cstddef>
@@ -18,16 +19,17 @@
 namespace ringfold::reduce_detail::RF_ISA_NS {
 namespace {
 
-// round(x) with halves away from zero, saturated to T's range; NaN gives 0. The limits are
+// x truncated toward zero (what C's double-to-integer conversion does, and so Horovod's
+// `output[i] = scale_factor * input[i]`), saturated to T's range; NaN gives 0. The limits are
 // constexpr locals so that no out-of-line std:: function is emitted into this ISA's object.
 template <class T>
-T roundSaturate(double x) {
+T truncSaturate(double x) {
   constexpr T kMin = std::numeric_limits<T>::min();
   constexpr T kMax = std::numeric_limits<T>::max();
   constexpr double kLo = static_cast<double>(kMin);
   constexpr double kHiExclusive = 2.0 * static_cast<double>(kMax / 2 + 1);
   if (x != x) return 0;
-  const double r = __builtin_round(x);
+  const double r = __builtin_trunc(x);
   if (r <= kLo) return kMin;
   if (r >= kHiExclusive) return kMax;
   return static_cast<T>(r);
@@ -85,7 +87,7 @@ void reduceInt(void* dstv, const void* av, const void* bv, size_t n, double scal
     std::memcpy(&y, b + i * sizeof(E), sizeof y);
     const E r = Op::apply(x, y);
     T out = static_cast<T>(r);
-    if constexpr (kScaled) out = roundSaturate<T>(static_cast<double>(out) * scale);
+    if constexpr (kScaled) out = truncSaturate<T>(static_cast<double>(out) * scale);
     std::memcpy(dst + i * sizeof(T), &out, sizeof out);
   }
 }
@@ -94,7 +96,7 @@ template <class T>
 void scaleInt(void* dstv, const void* srcv, size_t n, double factor) {
   auto* dst = static_cast<T*>(dstv);
   const auto* src = static_cast<const T*>(srcv);
-  for (size_t i = 0; i < n; ++i) dst[i] = roundSaturate<T>(static_cast<double>(src[i]) * factor);
+  for (size_t i = 0; i < n; ++i) dst[i] = truncSaturate<T>(static_cast<double>(src[i]) * factor);
 }
 
 }  // namespace

@@ -6,11 +6,15 @@
 //     dst may be the same pointer as a or b (in place); partial overlap is not allowed.
 //     kAvg reduces like kSum: the caller divides once, at the end, through postScale.
 //     float16 and bfloat16 are computed in float32 and rounded to nearest-even once per
-//     element (including the scaling), so results do not depend on the vector width.
+//     operation, so results do not depend on the vector width. With postScale that is twice,
+//     in Horovod's order: a op b is rounded to the 16-bit type, then multiplied by postScale
+//     in float32 and rounded again (Horovod reduces, then scales the buffer).
 //   * scale(dst, src, n, dtype, factor): dst[i] = src[i] * factor; factor 1 is a plain copy.
-//   * Integer scaling computes in double and rounds to nearest (halves away from zero), then
-//     converts, saturating to the type's range (a NaN factor gives 0). Integer sums and
-//     products wrap (two's complement); the scaling applies to the wrapped result.
+//   * Integer scaling computes in double and truncates toward zero (C's double-to-integer
+//     conversion, which is what Horovod's `output[i] = scale_factor * input[i]` does), then
+//     saturates to the type's range (Horovod's out-of-range conversion is undefined; a NaN
+//     product gives 0). Integer sums and products wrap (two's complement); the scaling applies
+//     to the wrapped result: int(sum * postScale), and int(x * preScale) per rank before it.
 //   * Floating point (IEEE, no FMA contraction; float32 ops for float16/bfloat16/float32, float64
 //     for float64; postScale and factor are converted to that type first):
 //       - any NaN result is the canonical quiet NaN (float32 0x7FC00000, float64

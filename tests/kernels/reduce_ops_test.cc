@@ -124,11 +124,22 @@ TEST(ReduceOps, SpecialValues) {
   EXPECT_EQ(0x7C00u, (reduceElement<Float16, OpSum>(h(65504.0f), h(32.0f), none).bits));
   EXPECT_EQ(0x7E00u, (reduceElement<Float16, OpSum>(Float16{0xFC00}, Float16{0x7C00}, none).bits));
   EXPECT_EQ(0x7FC0u, (reduceElement<Bfloat16, OpProd>(Bfloat16{0x7F81}, Bfloat16{0x3F80}, none).bits));
-  // Integer scaling: halves away from zero, saturating; sums wrap.
+  // Integer scaling: truncated toward zero as Horovod (int(sum * post), int(x * pre)),
+  // saturating; sums wrap.
   Scales half;
   half.post = 0.5;
   half.hasPost = true;
-  EXPECT_EQ(-2, (reduceElement<int32_t, OpSum>(-1, -2, half)));
+  EXPECT_EQ(-1, (reduceElement<int32_t, OpSum>(-1, -2, half)));   // -1.5 -> -1
+  EXPECT_EQ(1, (reduceElement<uint8_t, OpSum>(1, 2, half)));      // 1.5 -> 1
+  EXPECT_EQ(28, (reduceElement<int32_t, OpSum>(47, 48, Scales{1.0, 0.3, false, true})));  // 28.5
+  EXPECT_EQ(int64_t{-28}, (reduceElement<int64_t, OpSum>(-47, -48, Scales{1.0, 0.3, false, true})));
+  EXPECT_EQ(int8_t{1}, (reduceElement<int8_t, OpSum>(0, 3, Scales{0.6, 1.0, true, false})));  // 1.8 -> 1
+  EXPECT_EQ(int8_t{-1}, scaleElement<int8_t>(-3, 0.6));
+  EXPECT_EQ(uint64_t{0}, scaleElement<uint64_t>(1, 0.6));
+  // 16-bit floats: the sum is rounded to the type before the post-scale (Horovod's order):
+  // 1 + 2^-11 ties to 1 in float16, so * 1.5 is exactly 1.5 (0x3E00), not 1.5 + 1 ulp.
+  EXPECT_EQ(0x3E00u, (reduceElement<Float16, OpSum>(h(1.0f), Float16{0x1000}, Scales{1.0, 1.5, false, true}).bits));
+  EXPECT_EQ(0x3FC0u, (reduceElement<Bfloat16, OpSum>(Bfloat16{0x3F80}, Bfloat16{0x3B80}, Scales{1.0, 1.5, false, true}).bits));
   EXPECT_EQ(127, (reduceElement<int8_t, OpMax>(100, 120, Scales{1.0, 3.0, false, true})));
   EXPECT_EQ(int8_t(-128), (reduceElement<int8_t, OpSum>(127, 1, none)));
 }

@@ -95,14 +95,19 @@ void reference(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, DataT
       case DataType::kUint32: put(out, i, refIntOp(get<uint32_t>(a, i), get<uint32_t>(b, i), op, scale, scaled)); break;
       case DataType::kInt64: put(out, i, refIntOp(get<int64_t>(a, i), get<int64_t>(b, i), op, scale, scaled)); break;
       case DataType::kUint64: put(out, i, refIntOp(get<uint64_t>(a, i), get<uint64_t>(b, i), op, scale, scaled)); break;
+      // 16-bit floats: a op b rounded to the type, then (scaled) * scale in float32, rounded again.
       case DataType::kFloat16: {
         float r = refOp(refHalfToFloat(get<uint16_t>(a, i)), refHalfToFloat(get<uint16_t>(b, i)), op);
-        put(out, i, refFloatToHalf(refFinish(r, scale, scaled)));
+        uint16_t h = refFloatToHalf(refFinish(r, 1.0, false));
+        if (scaled) h = refFloatToHalf(refFinish(refHalfToFloat(h), scale, true));
+        put(out, i, h);
         break;
       }
       case DataType::kBfloat16: {
         float r = refOp(refBf16ToFloat(get<uint16_t>(a, i)), refBf16ToFloat(get<uint16_t>(b, i)), op);
-        put(out, i, refFloatToBf16(refFinish(r, scale, scaled)));
+        uint16_t h = refFloatToBf16(refFinish(r, 1.0, false));
+        if (scaled) h = refFloatToBf16(refFinish(refBf16ToFloat(h), scale, true));
+        put(out, i, h);
         break;
       }
       case DataType::kFloat32: put(out, i, refFinish(refOp(get<float>(a, i), get<float>(b, i), op), scale, scaled)); break;
@@ -231,12 +236,12 @@ TEST(CpuReducer, ScaleAgainstReference) {
             uint8_t* ps = src.data() + es;  // unaligned by one element
             for (size_t i = 0; i < count && factor != 1.0; ++i) {
               switch (t) {
-                case DataType::kInt8: put(want.data(), i, refRoundSaturate<int8_t>(get<int8_t>(ps, i) * factor)); break;
-                case DataType::kUint8: put(want.data(), i, refRoundSaturate<uint8_t>(get<uint8_t>(ps, i) * factor)); break;
-                case DataType::kInt32: put(want.data(), i, refRoundSaturate<int32_t>(get<int32_t>(ps, i) * factor)); break;
-                case DataType::kUint32: put(want.data(), i, refRoundSaturate<uint32_t>(get<uint32_t>(ps, i) * factor)); break;
-                case DataType::kInt64: put(want.data(), i, refRoundSaturate<int64_t>(double(get<int64_t>(ps, i)) * factor)); break;
-                case DataType::kUint64: put(want.data(), i, refRoundSaturate<uint64_t>(double(get<uint64_t>(ps, i)) * factor)); break;
+                case DataType::kInt8: put(want.data(), i, refTruncSaturate<int8_t>(get<int8_t>(ps, i) * factor)); break;
+                case DataType::kUint8: put(want.data(), i, refTruncSaturate<uint8_t>(get<uint8_t>(ps, i) * factor)); break;
+                case DataType::kInt32: put(want.data(), i, refTruncSaturate<int32_t>(get<int32_t>(ps, i) * factor)); break;
+                case DataType::kUint32: put(want.data(), i, refTruncSaturate<uint32_t>(get<uint32_t>(ps, i) * factor)); break;
+                case DataType::kInt64: put(want.data(), i, refTruncSaturate<int64_t>(double(get<int64_t>(ps, i)) * factor)); break;
+                case DataType::kUint64: put(want.data(), i, refTruncSaturate<uint64_t>(double(get<uint64_t>(ps, i)) * factor)); break;
                 case DataType::kFloat16: put(want.data(), i, refFloatToHalf(refFinish(refHalfToFloat(get<uint16_t>(ps, i)), factor, true))); break;
                 case DataType::kBfloat16: put(want.data(), i, refFloatToBf16(refFinish(refBf16ToFloat(get<uint16_t>(ps, i)), factor, true))); break;
                 case DataType::kFloat32: put(want.data(), i, refFinish(get<float>(ps, i), factor, true)); break;

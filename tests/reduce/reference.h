@@ -90,11 +90,11 @@ C refFinish(C r, double scale, bool scaled) {
   return r;
 }
 
-// round half away from zero, saturate, NaN -> 0.
+// Horovod's integer scaling: truncate toward zero (C's conversion), saturate, NaN -> 0.
 template <class T>
-T refRoundSaturate(double x) {
+T refTruncSaturate(double x) {
   if (std::isnan(x)) return 0;
-  const double r = std::round(x);
+  const double r = std::trunc(x);
   const double lo = double(std::numeric_limits<T>::min());
   const double hiExcl = std::ldexp(1.0, std::numeric_limits<T>::digits);
   if (r <= lo) return std::numeric_limits<T>::min();
@@ -113,7 +113,7 @@ T refIntOp(T a, T b, ReduceOp op, double scale, bool scaled) {
     case ReduceOp::kMax: r = a > b ? a : b; break;
     case ReduceOp::kMin: r = a < b ? a : b; break;
   }
-  return scaled ? refRoundSaturate<T>(double(r) * scale) : r;
+  return scaled ? refTruncSaturate<T>(double(r) * scale) : r;
 }
 
 }  // namespace ringfold::testref

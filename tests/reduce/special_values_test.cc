@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "common/error.h"
@@ -64,7 +65,7 @@ TEST_P(Special, HalfRounding) {
   EXPECT_EQ(r[5], 0x0400);  // two subnormals make the smallest normal
   EXPECT_EQ(r[6], 0x0000);  // -0 + +0 = +0
   EXPECT_EQ(r[7], 0x8000);  // -0 + -0 = -0
-  // The scale is applied in float32 and rounded once: (1+1) * 0.5 and 3 * (1/3).
+  // The scale is applied in float32 to the sum rounded to float16: (1+1) * 0.5 and (1+2) * 0.5.
   auto s = run<uint16_t>(isa, DataType::kFloat16, ReduceOp::kAvg, {h(1.0f), h(1.0f)},
                          {h(1.0f), h(2.0f)}, 0.5);
   EXPECT_EQ(s[0], h(1.0f));
@@ -142,13 +143,13 @@ TEST_P(Special, IntegerWrapAndSaturation) {
   EXPECT_EQ(m64, (std::vector<int64_t>{INT64_MIN, -5}));
   auto mu = run<uint64_t>(isa, DataType::kUint64, ReduceOp::kMax, {UINT64_MAX, 1}, {0, 2});
   EXPECT_EQ(mu, (std::vector<uint64_t>{UINT64_MAX, 2}));
-  // Scaled: double, round half away from zero, saturate.
+  // Scaled: double, truncated toward zero (as Horovod), saturated.
   auto sc = run<int8_t>(isa, DataType::kInt8, ReduceOp::kSum, {100, -100, 2, -2, 1, 0}, {0, 0, 3, -3, 2, 0}, 2.5);
-  EXPECT_EQ(sc, (std::vector<int8_t>{127, -128, 13, -13, 8, 0}));  // 12.5 -> 13, -12.5 -> -13, 7.5 -> 8
+  EXPECT_EQ(sc, (std::vector<int8_t>{127, -128, 12, -12, 7, 0}));  // 12.5 -> 12, -12.5 -> -12, 7.5 -> 7
   auto su = run<uint8_t>(isa, DataType::kUint8, ReduceOp::kSum, {10, 200, 1}, {0, 0, 0}, -1.0);
   EXPECT_EQ(su, (std::vector<uint8_t>{0, 0, 0}));
   auto sa = run<uint8_t>(isa, DataType::kUint8, ReduceOp::kAvg, {1, 2, 255}, {2, 2, 255}, 0.5);
-  EXPECT_EQ(sa, (std::vector<uint8_t>{2, 2, 127}));  // 1.5 -> 2; 255+255 wraps to 254 -> 127
+  EXPECT_EQ(sa, (std::vector<uint8_t>{1, 2, 127}));  // 1.5 -> 1; 255+255 wraps to 254 -> 127
   auto s64 = run<int64_t>(isa, DataType::kInt64, ReduceOp::kSum, {INT64_MAX / 2, INT64_MIN / 2}, {0, 0}, 4.0);
   EXPECT_EQ(s64, (std::vector<int64_t>{INT64_MAX, INT64_MIN}));
   auto u64 = run<uint64_t>(isa, DataType::kUint64, ReduceOp::kSum, {UINT64_MAX / 2}, {0}, 3.0);
@@ -159,12 +160,69 @@ TEST_P(Special, IntegerWrapAndSaturation) {
   EXPECT_EQ(big, (std::vector<int32_t>{INT32_MAX, INT32_MAX}));
 }
 
+// Horovod scales integers in double and converts back with C's truncation toward zero: prescale
+// gives int(x * f) on each rank before the sum, postscale int(sum * f). Values where rounding to
+// nearest would differ, negative ones included, for every integer type.
+template <class T>
+void expectTruncatedScaling(CpuIsa isa, DataType t) {
+  SCOPED_TRACE(dataTypeName(t));
+  auto reducer = makeCpuReducer(isa);
+  // postscale 0.75: sums 2, 10, 3, 1 -> 1.5, 7.5, 2.25, 0.75 -> 1, 7, 2, 0 (nearest: 2, 8, 2, 1)
+  const std::vector<T> a = {1, 4, 1, 1}, b = {1, 6, 2, 0};
+  EXPECT_EQ(run<T>(isa, t, ReduceOp::kSum, a, b, 0.75), (std::vector<T>{1, 7, 2, 0}));
+  // Average of 2 ranks goes through the same factor (postscale / size): 5 * 0.5 = 2.5 -> 2.
+  EXPECT_EQ(run<T>(isa, t, ReduceOp::kAvg, {2}, {3}, 0.5), (std::vector<T>{2}));
+  // prescale 0.6: 1, 3, 9 -> 0.6, 1.8, 5.4 -> 0, 1, 5 (nearest: 1, 2, 5)
+  std::vector<T> x = {1, 3, 9}, y(3);
+  reducer->scale(y.data(), x.data(), x.size(), t, 0.6);
+  EXPECT_EQ(y, (std::vector<T>{0, 1, 5}));
+  if constexpr (std::is_signed_v<T>) {
+    // toward zero for negative values too: -7.5 -> -7, -2.25 -> -2, -0.75 -> 0 (nearest: -8, -2, -1)
+    EXPECT_EQ(run<T>(isa, t, ReduceOp::kSum, {-4, -1, -1}, {-6, -2, 0}, 0.75), (std::vector<T>{-7, -2, 0}));
+    std::vector<T> nx = {-1, -3, -9}, ny(3);
+    reducer->scale(ny.data(), nx.data(), nx.size(), t, 0.6);
+    EXPECT_EQ(ny, (std::vector<T>{0, -1, -5}));
+    // a negative factor: 10 * -0.75 = -7.5 -> -7
+    EXPECT_EQ(run<T>(isa, t, ReduceOp::kSum, {4}, {6}, -0.75), (std::vector<T>{-7}));
+  } else {
+    // unsigned: a negative product saturates to 0 (C's conversion would be undefined there)
+    EXPECT_EQ(run<T>(isa, t, ReduceOp::kSum, {4}, {6}, -0.75), (std::vector<T>{0}));
+  }
+}
+
+TEST_P(Special, IntegerScalingTruncatesTowardZeroAsHorovod) {
+  const CpuIsa isa = GetParam();
+  expectTruncatedScaling<int8_t>(isa, DataType::kInt8);
+  expectTruncatedScaling<uint8_t>(isa, DataType::kUint8);
+  expectTruncatedScaling<int32_t>(isa, DataType::kInt32);
+  expectTruncatedScaling<uint32_t>(isa, DataType::kUint32);
+  expectTruncatedScaling<int64_t>(isa, DataType::kInt64);
+  expectTruncatedScaling<uint64_t>(isa, DataType::kUint64);
+  // The case: 2 ranks, postscale 0.3 on int32, 47 + 48 = 95; 95 * 0.3 = 28.5: Horovod 28.
+  EXPECT_EQ(run<int32_t>(isa, DataType::kInt32, ReduceOp::kSum, {47}, {48}, 0.3), (std::vector<int32_t>{28}));
+  EXPECT_EQ(run<int64_t>(isa, DataType::kInt64, ReduceOp::kSum, {47}, {48}, 0.3), (std::vector<int64_t>{28}));
+  EXPECT_EQ(run<int64_t>(isa, DataType::kInt64, ReduceOp::kSum, {-47}, {-48}, 0.3), (std::vector<int64_t>{-28}));
+}
+
+// float16/bfloat16 with a post-scale, as Horovod on the CPU: the sum is rounded to the 16-bit type,
+// then scaled in float32 and rounded again. 1 + 2^-11 (float16) and 1 + 2^-8 (bfloat16) are ties
+// that round to 1, so * 1.5 gives exactly 1.5; scaling the unrounded sum would give 1.5 + 1 ulp.
+TEST_P(Special, HalfPostScaleRoundsTheSumFirst) {
+  const CpuIsa isa = GetParam();
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    auto hs = run<uint16_t>(isa, DataType::kFloat16, op, {h(1.0f), h(1.0f)}, {0x1000, 0x1000}, 1.5);
+    EXPECT_EQ(hs[0], 0x3E00) << reduceOpName(op);
+    auto bs = run<uint16_t>(isa, DataType::kBfloat16, op, {0x3F80, 0x3F80}, {0x3B80, 0x3B80}, 1.5);
+    EXPECT_EQ(bs[0], 0x3FC0) << reduceOpName(op);
+  }
+}
+
 TEST_P(Special, ScaleSaturatesAndCopies) {
   auto reducer = makeCpuReducer(GetParam());
   std::vector<int32_t> v = {1, -1, 3, INT32_MAX, INT32_MIN};
   std::vector<int32_t> out(v.size());
   reducer->scale(out.data(), v.data(), v.size(), DataType::kInt32, 0.5);
-  EXPECT_EQ(out, (std::vector<int32_t>{1, -1, 2, 1073741824, -1073741824}));
+  EXPECT_EQ(out, (std::vector<int32_t>{0, 0, 1, 1073741823, -1073741824}));
   reducer->scale(v.data(), v.data(), v.size(), DataType::kInt32, 2.0);
   EXPECT_EQ(v, (std::vector<int32_t>{2, -2, 6, INT32_MAX, INT32_MIN}));
   std::vector<float> f = {floatOf(0x7F800001u), 1.0f};
