@@ -264,11 +264,12 @@ def test_reducescatter_gradient():
     x = torch.ones(n() * 2, 2, requires_grad=True)
     out = hvd.reducescatter(x, op=hvd.Sum)
     (out * (r() + 1)).sum().backward()
-    expected = torch.cat([torch.full((2, 2), float(j + 1)) for j in range(n())])
+    # Horovod's gradient: the allgathered gradient, times the set size for Sum
+    expected = torch.cat([torch.full((2, 2), float((j + 1) * n())) for j in range(n())])
     torch.testing.assert_close(x.grad, expected)
     x.grad = None
     hvd.reducescatter(x, op=hvd.Average).sum().backward()
-    torch.testing.assert_close(x.grad, torch.full((n() * 2, 2), 1.0 / n()))
+    torch.testing.assert_close(x.grad, torch.full((n() * 2, 2), 1.0))
 
 
 # ---- join, barrier, timeline ----------------------------------------------------------------

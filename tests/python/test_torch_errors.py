@@ -37,7 +37,7 @@ def test_broadcast_root_mismatch_on_every_rank():
 
 def test_duplicate_name_in_flight():
     first = hvd.allreduce_async(torch.ones(2), name='dup')
-    with pytest.raises(hvd.HorovodInternalError, match='dup'):
+    with pytest.raises(hvd.InvalidArgumentError, match='dup'):        # a ValueError, as in Horovod
         hvd.allreduce_async(torch.ones(2), name='dup')
     torch.testing.assert_close(hvd.synchronize(first), torch.ones(2))
     # once completed, the name may be reused

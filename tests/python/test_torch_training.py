@@ -212,14 +212,16 @@ def test_dynamic_process_sets():
         torch.testing.assert_close(out, torch.full((2,), float(sum(q + 1 for q in members))))
         assert hvd.allgather(torch.tensor([hvd.rank()]), process_set=subset).tolist() == members
     else:
-        assert subset.rank() < 0
+        with pytest.raises(ValueError, match='not a member'):
+            subset.rank()
     with pytest.raises(ValueError, match='already exists'):
         hvd.add_process_set(hvd.ProcessSet(list(reversed(members))))
     with pytest.raises(ValueError, match='already exists'):
         hvd.add_process_set(list(range(hvd.size())))
     assert hvd.remove_process_set(subset)
+    assert subset.size() is None                       # as Horovod's, once removed
     with pytest.raises(ValueError, match='registered'):
-        subset.size()
+        hvd.allreduce(torch.ones(1), process_set=subset)
 
 
 def test_static_process_sets_after_reinit():

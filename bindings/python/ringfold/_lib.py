@@ -9,14 +9,15 @@ Contract
          `pip install .`).
     Neither existing raises ImportError naming both places.
   * `check(status)` turns a non-zero status into an exception carrying the library's
-    message for this thread (ringfold_last_error): every engine failure is a
-    HorovodInternalError (a RuntimeError), as Horovod raises it.
+    message for this thread (ringfold_last_error), as Horovod's torch module raises them:
+    INVALID_ARGUMENT (a bad argument on this rank) is an InvalidArgumentError, a ValueError;
+    every other engine failure is a HorovodInternalError, a RuntimeError.
   * Nothing here imports numpy or a deep-learning framework.
 """
 import ctypes
 import os
 
-from ringfold.exceptions import HorovodInternalError
+from ringfold.exceptions import HorovodInternalError, InvalidArgumentError
 
 # Status codes (ringfold.h).
 OK = 0
@@ -147,10 +148,12 @@ def last_error():
 
 
 def check(status, what=None):
-    """Raises HorovodInternalError for a non-OK status, with the library's message."""
+    """Raises InvalidArgumentError (INVALID_ARGUMENT) or HorovodInternalError (any other
+    failure) for a non-OK status, with the library's message."""
     if status != OK:
         message = last_error() or ('status %d' % status)
-        raise HorovodInternalError('%s: %s' % (what, message) if what else message)
+        error = InvalidArgumentError if status == INVALID_ARGUMENT else HorovodInternalError
+        raise error('%s: %s' % (what, message) if what else message)
 
 
 def int_array(values):

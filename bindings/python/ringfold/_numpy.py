@@ -9,12 +9,13 @@ Contract
     float64 or bool (bool: copying collectives only). Non-contiguous inputs are copied; an
     in-place target must be C-contiguous and writeable (ValueError otherwise).
   * Out-of-place results are new arrays; the inputs are never modified.
+  * root_rank is a global rank, also with a process set (as in Horovod).
 """
 import numpy as np
 
 from ringfold import _lib, _ops
 from ringfold.basics import Average
-from ringfold.process_sets import global_process_set
+from ringfold.process_sets import _root_in_set, global_process_set
 
 _DTYPES = {
     np.dtype(np.int8): _lib.INT8, np.dtype(np.uint8): _lib.UINT8, np.dtype(np.int32): _lib.INT32,
@@ -108,7 +109,8 @@ def allgather(array, name=None, process_set=global_process_set):
 
 def broadcast_async_(array, root_rank, name=None, process_set=global_process_set):
     t = _target(array, 'broadcast_')
-    return _ops.enqueue(_lib.BROADCAST, t, t, array, lambda h: array, name, root=root_rank,
+    return _ops.enqueue(_lib.BROADCAST, t, t, array, lambda h: array, name,
+                        root=_root_in_set(process_set, root_rank, 'broadcast_'),
                         process_set=process_set._id())
 
 
@@ -117,7 +119,8 @@ def broadcast_async(array, root_rank, name=None, process_set=global_process_set)
     out = np.empty_like(src)
     t_out = _ops.tensor(out.ctypes.data, t_in.dtype, out.shape)
     return _ops.enqueue(_lib.BROADCAST, t_in, t_out, (src, out), lambda h: out, name,
-                        root=root_rank, process_set=process_set._id())
+                        root=_root_in_set(process_set, root_rank, 'broadcast'),
+                        process_set=process_set._id())
 
 
 def broadcast(array, root_rank, name=None, process_set=global_process_set):

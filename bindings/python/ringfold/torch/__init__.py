@@ -14,7 +14,7 @@ from ringfold.basics import (Average, Sum, Adasum, Min, Max, Product, init as _i
                              mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled,
                              gloo_built, nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
                              start_timeline, stop_timeline)
-from ringfold.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from ringfold.exceptions import HorovodInternalError, HostsUpdatedInterrupt, InvalidArgumentError
 from ringfold.process_sets import (ProcessSet, global_process_set, add_process_set,
                                    remove_process_set)
 from ringfold.torch.compression import Compression

@@ -5,10 +5,15 @@ Contract
   * broadcast_parameters(params, root_rank): params is a state_dict, an iterable of
     (name, tensor) pairs (named_parameters()) or of tensors. Tensors are overwritten in place
     with the root's values, in name order so every rank matches them the same way.
-  * broadcast_optimizer_state(optimizer, root_rank): every rank ends with the root's
-    optimizer.state_dict() (state tensors, step counts and every param_group option such as
-    lr), loaded with load_state_dict, so it works for any torch optimizer (SGD, Adam, ...),
-    also before the first step.
+  * broadcast_optimizer_state(optimizer, root_rank, model=None): every rank ends with the
+    root's optimizer.state_dict() (state tensors, step counts and every param_group option
+    such as lr), loaded with load_state_dict, so it works for any torch optimizer (SGD, Adam,
+    ...). A new optimizer's state is first initialized as Horovod does it: on a rank whose
+    state is empty, every parameter that requires a gradient gets a zero gradient (sparse for
+    SparseAdam, and for SGD on the sparse embeddings of `model`), and, when the root's state
+    was empty, every rank runs one step of the wrapped optimizer (not an allreduce) with them,
+    so the ranks' parameters stay equal. Parameters with requires_grad=False keep grad None.
+  * root_rank is a global rank, also with a process set, as in Horovod.
   * broadcast_object / allgather_object pickle with cloudpickle when it is installed, with
     pickle otherwise; objects travel as uint8 tensors.
 """
@@ -18,6 +23,7 @@ import pickle
 
 import torch
 
+from ringfold import _lib
 from ringfold.process_sets import global_process_set
 from ringfold.torch import mpi_ops
 
@@ -58,16 +64,17 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     default name from the object's type, as Horovod uses, would differ between the root and the
     ranks that pass None)."""
     sz_name, t_name = (None, None) if name is None else (name + '.sz', name + '.t')
-    if process_set.rank() == root_rank:
+    is_root = _global_rank() == root_rank
+    if is_root:
         payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         length = torch.zeros(1, dtype=torch.int64)
     mpi_ops.broadcast_(length, root_rank, sz_name, process_set)
-    if process_set.rank() != root_rank:
+    if not is_root:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
     mpi_ops.broadcast_(payload, root_rank, t_name, process_set)
-    if process_set.rank() == root_rank:
+    if is_root:
         return obj
     return pickle.loads(payload.numpy().tobytes())
 
@@ -85,9 +92,39 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return objects
 
 
+def _global_rank():
+    return _lib.lib().horovod_rank()
+
+
+def _initialize_state(optimizer, root_rank, model, process_set):
+    """Horovod's initialization of a new optimizer's state (see the module contract)."""
+    own_empty = len(optimizer.state_dict()['state']) == 0
+    if own_empty:
+        sparse_ids = set()
+        if model is not None:
+            for m in model.modules():
+                if isinstance(m, torch.nn.Embedding) and m.sparse:
+                    sparse_ids.update(id(p) for p in m.parameters())
+        for group in optimizer.param_groups:
+            for p in group['params']:
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                    if isinstance(optimizer, torch.optim.SparseAdam) or \
+                            (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_ids):
+                        p.grad = p.grad.to_sparse()
+    is_root = _global_rank() == root_rank
+    root_empty = broadcast_object(own_empty if is_root else None, root_rank,
+                                  'optimizer_state.fresh', process_set)
+    if root_empty:
+        # The wrapped optimizer's own step: DistributedOptimizer.step() would allreduce.
+        base = getattr(optimizer, '_base_class', type(optimizer))
+        base.step(optimizer)
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError('cannot broadcast torch.optim.LBFGS state')
+    _initialize_state(optimizer, root_rank, model, process_set)
     state_dict = broadcast_object(optimizer.state_dict(), root_rank, 'optimizer_state', process_set)
-    if process_set.rank() != root_rank:
+    if _global_rank() != root_rank:
         optimizer.load_state_dict(state_dict)

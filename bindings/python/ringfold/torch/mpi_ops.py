@@ -8,30 +8,45 @@ Contract
       allgather      -> average-allreduce of the gradient, then this rank's rows
       broadcast      -> average-allreduce of the gradient on the root, zeros elsewhere
       alltoall       -> alltoall of the gradient with the received splits
-      reducescatter  -> allgather of the gradient (divided by the set size for Average, and
-                        multiplied by the scale factors)
+      reducescatter  -> allgather of the gradient, multiplied by the set size for Sum and by
+                        the pre- and postscale factors (Horovod's HorovodReducescatter.backward)
   * dtypes: uint8, int8, int32, int64, float16, bfloat16, float32, float64 everywhere (uint32
     and uint64 too where torch has them); bool and int16 for the copying collectives
     (allgather, broadcast, alltoall). Anything else raises ValueError naming the dtype.
   * Non-contiguous tensors are copied to a contiguous buffer (and back, for in-place forms).
+  * root_rank is a global rank, also with a process set (as in Horovod; the engine takes the
+    rank within the set): a root outside the set raises InvalidArgumentError at once.
   * CUDA tensors: allreduce and broadcast pass them to the engine with their device and the
     current CUDA stream (the engine stages them through pinned host memory and reduces on the
     GPU; the stream waits for the result). allgather, alltoall and reducescatter, which the
     engine runs on host memory only, copy a CUDA input to the host and their result back to
     the input's device. Builds without CUDA support refuse CUDA tensors in allreduce and
-    broadcast with HorovodInternalError ("no CUDA support").
-  * Engine errors (ranks that disagree, a dead peer, use after shutdown) raise
-    HorovodInternalError, on every rank for disagreements.
+    broadcast with InvalidArgumentError ("no CUDA support").
+  * Errors, as Horovod's torch module raises them (ringfold.exceptions): a bad argument on this
+    rank (a name already in flight, an unknown process set, alltoall splits that are not 32-bit
+    integers, that do not fit the tensor or the set, ...) raises InvalidArgumentError, a
+    ValueError; engine errors (ranks that disagree, a dead peer, use after shutdown) raise
+    HorovodInternalError, a RuntimeError, on every rank for disagreements. Passing something
+    that is not a tensor raises ValueError naming the function.
+  * alltoall follows Horovod: splits given as a tensor must be torch.int32; splits that add
+    up to less than the first dimension send only those first rows (the rest is ignored, and
+    gets a zero gradient); without splits the first dimension must be divisible by the set
+    size. A rank whose own splits are wrong still submits them, so that every rank of the set
+    fails together instead of waiting: that rank raises InvalidArgumentError with the
+    engine's message, the others HorovodInternalError.
+  * sparse_allreduce_async returns a callable, as Horovod's does: calling it (or passing it to
+    synchronize()) waits and returns the sparse result.
 """
 import itertools
+import numbers
 import warnings
 
 import torch
 
 from ringfold import _lib, _ops
 from ringfold.basics import Average, Sum, Adasum
-from ringfold.exceptions import HorovodInternalError
-from ringfold.process_sets import global_process_set
+from ringfold.exceptions import HorovodInternalError, InvalidArgumentError
+from ringfold.process_sets import _root_in_set, global_process_set
 from ringfold.torch.compression import Compression
 
 _REDUCIBLE = {
@@ -47,9 +62,16 @@ _COPYABLE = {**_REDUCIBLE, torch.bool: _lib.BOOL, torch.int16: _lib.FLOAT16}
 
 _groups = {}                       # grouped handle -> list of engine handles
 _group_ids = itertools.count(1 << 48)
+_invalid_here = {}                 # handle -> True: this rank's own arguments were wrong
+
+
+def _require_tensor(tensor, what):
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError('%s: expected a torch.Tensor, got %s' % (what, type(tensor).__name__))
 
 
 def _dtype_code(tensor, table, what):
+    _require_tensor(tensor, what)
     code = table.get(tensor.dtype)
     if code is None:
         raise ValueError('%s: tensor type %s is not supported (supported: %s)'
@@ -130,6 +152,7 @@ def _allreduce_async(tensor, output, finish, name, op, prescale_factor, postscal
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    _require_tensor(tensor, 'allreduce')
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, lambda h: output, name, op, prescale_factor,
                             postscale_factor, process_set)
@@ -138,6 +161,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    _require_tensor(tensor, 'allreduce_')
     buffer, finish = _contiguous_target(tensor)
     return _allreduce_async(buffer, buffer, finish, name, op, prescale_factor, postscale_factor,
                             process_set)
@@ -161,12 +185,15 @@ class HorovodAllreduce(torch.autograd.Function):
 
 
 def _needs_grad(tensor):
-    return tensor.requires_grad and torch.is_grad_enabled()
+    """Whether the autograd form applies; anything but a tensor goes on to the dtype check,
+    which names what was passed."""
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    _require_tensor(tensor, 'allreduce')
     compressed, ctx = compression.compress(tensor)
     if _needs_grad(compressed):
         reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
@@ -188,6 +215,8 @@ def _grouped_allreduce_async(tensors, outputs, finishes, name, op, prescale_fact
     _check_adasum(op)
     if not tensors:
         raise ValueError('grouped_allreduce: the list of tensors is empty')
+    for t in tensors:
+        _require_tensor(t, 'grouped_allreduce')
     srcs = [t.contiguous() for t in tensors]
     codes = [_dtype_code(t, _REDUCIBLE, 'grouped_allreduce') for t in srcs]
     devices = {(t.device.index if t.is_cuda else _lib.CPU_DEVICE) for t in srcs}
@@ -212,6 +241,8 @@ def _grouped_allreduce_async(tensors, outputs, finishes, name, op, prescale_fact
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    for t in tensors:
+        _require_tensor(t, 'grouped_allreduce')
     outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     return _grouped_allreduce_async(tensors, outputs, [(lambda h, o=o: o) for o in outputs], name,
                                     op, prescale_factor, postscale_factor, process_set)
@@ -220,6 +251,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    for t in tensors:
+        _require_tensor(t, 'grouped_allreduce_')
     targets = [_contiguous_target(t) for t in tensors]
     buffers = [b for b, _ in targets]
     return _grouped_allreduce_async(buffers, buffers, [f for _, f in targets], name, op,
@@ -246,6 +279,8 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     op = _average_op(op, average)
+    for t in tensors:
+        _require_tensor(t, 'grouped_allreduce')
     compressed = [compression.compress(t) for t in tensors]
     inputs = [c for c, _ in compressed]
     if any(_needs_grad(t) for t in inputs):
@@ -263,24 +298,48 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
+class _SparseAllreduceHandle:
+    """What sparse_allreduce_async returns: as in Horovod, calling it waits for the allgathers of
+    indices and values and returns the sparse result; poll() and synchronize() take it too."""
+
+    def __init__(self, tensor, indices, values, op, process_set):
+        self._tensor = tensor
+        self._handles = (indices, values)
+        self._op = op
+        self._process_set = process_set
+        self._result = None
+
+    def poll(self):
+        return self._result is not None or all(_ops.poll(h) for h in self._handles)
+
+    def __call__(self):
+        if self._result is None:
+            indices_handle, values_handle = self._handles
+            try:
+                values = synchronize(values_handle)
+            finally:
+                indices = synchronize(indices_handle)
+            if self._op == Average:
+                n = self._process_set.size()
+                values = values / n if values.is_floating_point() else values.div(n, rounding_mode='trunc')
+            self._result = torch.sparse_coo_tensor(indices.t(), values, self._tensor.shape).coalesce()
+        return self._result
+
+
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Horovod's sparse allreduce: allgathers indices and values; the result is a coalesced
-    sparse tensor (divided by the set size for Average)."""
+    """Horovod's sparse allreduce: allgathers indices and values and returns a callable that
+    waits and returns the coalesced sparse sum (divided by the set size for Average)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError('sparse_allreduce_async: expected a sparse torch.Tensor, got %s'
+                         % (tensor.type() if isinstance(tensor, torch.Tensor) else type(tensor).__name__))
+    if op not in (Average, Sum):
+        raise ValueError('sparse_allreduce_async: op must be Average or Sum (gathered values are added)')
     tensor = tensor.coalesce()
     indices = allgather_async(tensor._indices().t().contiguous(), name=None if name is None else name + '.indices',
                               process_set=process_set)
     values = allgather_async(tensor._values(), name=None if name is None else name + '.values',
                              process_set=process_set)
-    group = next(_group_ids)
-
-    def finish():
-        i = synchronize(indices).t()
-        v = synchronize(values)
-        if op == Average:
-            v = v / process_set.size()
-        return torch.sparse_coo_tensor(i, v, tensor.shape).coalesce()
-    _groups[group] = finish
-    return group
+    return _SparseAllreduceHandle(tensor, indices, values, op, process_set)
 
 
 # ---- allgather ------------------------------------------------------------------------------
@@ -335,14 +394,16 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     src = tensor.contiguous()
     output = torch.empty_like(src)
     return _ops.enqueue(_lib.BROADCAST, _describe(src, code), _describe(output, code), (src, output),
-                        lambda h: output, name, root=root_rank, process_set=process_set._id())
+                        lambda h: output, name, root=_root_in_set(process_set, root_rank, 'broadcast'),
+                        process_set=process_set._id())
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     code = _dtype_code(tensor, _COPYABLE, 'broadcast_')
     buffer, finish = _contiguous_target(tensor)
     t = _describe(buffer, code)
-    return _ops.enqueue(_lib.BROADCAST, t, t, buffer, finish, name, root=root_rank,
+    return _ops.enqueue(_lib.BROADCAST, t, t, buffer, finish, name,
+                        root=_root_in_set(process_set, root_rank, 'broadcast_'),
                         process_set=process_set._id())
 
 
@@ -356,7 +417,7 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
+        if _lib.lib().horovod_rank() != ctx.root_rank:      # root_rank is a global rank
             grad_reduced = grad_reduced * 0
         return grad_reduced, None, None, None
 
@@ -373,14 +434,45 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- alltoall -------------------------------------------------------------------------------
 
+def _alltoall_splits(tensor, splits, process_set):
+    """(splits as a list or None, rows to send, whether this rank's arguments are wrong).
+    Splits that are not integers raise InvalidArgumentError at once (Horovod: "alltoall expects
+    splits to contain 32-bit integer elements"); the other mistakes are left for the engine,
+    which fails the operation on every rank of the set together (see the module contract)."""
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype != torch.int32:
+            raise InvalidArgumentError('alltoall: splits must be a tensor of 32-bit integers (torch.int32), '
+                                       'not %s' % splits.dtype)
+        if splits.dim() > 1:
+            raise InvalidArgumentError('alltoall: splits must be a 1-D tensor, not %d-D' % splits.dim())
+        splits = splits.tolist()
+    elif splits is not None:
+        splits = list(splits)
+        for s in splits:
+            if not isinstance(s, numbers.Integral) or isinstance(s, bool):
+                raise InvalidArgumentError('alltoall: splits must be integers, not %r' % (s,))
+        splits = [int(s) for s in splits]
+    rows = tensor.shape[0] if tensor.dim() else 0
+    n = process_set.size()
+    if not splits:
+        return splits, rows, tensor.dim() == 0 or rows % n != 0
+    total = sum(splits)
+    wrong = len(splits) != n or any(s < 0 for s in splits) or total > rows
+    return splits, (rows if wrong else total), wrong
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     code = _dtype_code(tensor, _COPYABLE, 'alltoall')
+    splits, rows, wrong = _alltoall_splits(tensor, splits, process_set)
     src = _host(tensor)
-    if splits is not None:
-        splits = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-    return _ops.enqueue(_lib.ALLTOALL, _describe(src, code), None, src,
-                        _engine_output(tensor, nsplits=process_set.size()), name, splits=splits,
-                        process_set=process_set._id())
+    if tensor.dim() and rows < tensor.shape[0]:
+        src = src.narrow(0, 0, rows).contiguous()      # Horovod ignores rows past the splits' sum
+    handle = _ops.enqueue(_lib.ALLTOALL, _describe(src, code), None, src,
+                          _engine_output(tensor, nsplits=process_set.size()), name, splits=splits,
+                          process_set=process_set._id())
+    if wrong:
+        _invalid_here[handle] = True
+    return handle
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -389,12 +481,15 @@ class HorovodAlltoall(torch.autograd.Function):
         output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
         ctx.process_set = process_set
         ctx.received_splits = received_splits
+        ctx.rows = tensor.shape[0]
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
 
     @staticmethod
     def backward(ctx, grad_output, *unused):
         grad, _ = alltoall(grad_output, splits=ctx.received_splits, process_set=ctx.process_set)
+        if grad.shape[0] < ctx.rows:           # rows past the splits' sum were not sent
+            grad = torch.cat([grad, grad.new_zeros((ctx.rows - grad.shape[0],) + tuple(grad.shape[1:]))])
         return grad, None, None, None
 
 
@@ -423,21 +518,31 @@ class HorovodReducescatter(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op = op
         ctx.process_set = process_set
-        ctx.scale = prescale_factor * postscale_factor
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
-        scale = ctx.scale / ctx.process_set.size() if ctx.op == Average else ctx.scale
-        if scale != 1.0:
-            grad = grad * scale
-        return grad, None, None, None, None, None
+        return _reducescatter_grad(ctx, grad_output), None, None, None, None, None
+
+
+def _reducescatter_grad(ctx, grad_output):
+    """Horovod's gradient of reducescatter: the gradient times the set size for Sum (none for
+    Average) and times the pre- and postscale factors, allgathered."""
+    scale = ctx.prescale_factor * ctx.postscale_factor
+    if ctx.op == Sum:
+        scale *= ctx.process_set.size()
+    grad = grad_output.contiguous()
+    if scale != 1.0:
+        grad = grad * scale
+    return allgather(grad, process_set=ctx.process_set)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    _require_tensor(tensor, 'reducescatter')
     compressed, ctx = compression.compress(tensor)
     if _needs_grad(compressed):
         out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
@@ -460,6 +565,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    for t in tensors:
+        _require_tensor(t, 'grouped_reducescatter')
     if any(_needs_grad(t) for t in tensors):
         return [reducescatter(t, None if name is None else '%s.%d' % (name, i), compression, op,
                               process_set, prescale_factor, postscale_factor)
@@ -474,26 +581,33 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 def poll(handle):
     """True when the operation behind the handle completed (synchronize will not block)."""
+    if isinstance(handle, _SparseAllreduceHandle):
+        return handle.poll()
     group = _groups.get(handle)
     if group is None:
         return _ops.poll(handle)
-    if callable(group):
-        return True
     return all(_ops.poll(h) for h in group)
 
 
 def synchronize(handle):
-    """Waits for the operation and returns its output (a list for grouped operations)."""
+    """Waits for the operation and returns its output (a list for grouped operations, the
+    sparse result for sparse_allreduce_async's callable)."""
+    if isinstance(handle, _SparseAllreduceHandle):
+        return handle()
     group = _groups.pop(handle, None)
     if group is None:
-        return _ops.synchronize(handle)
-    if callable(group):
-        return group()
+        wrong_here = _invalid_here.pop(handle, False) if _invalid_here else False
+        try:
+            return _ops.synchronize(handle)
+        except HorovodInternalError as e:
+            if wrong_here:      # the engine refused this rank's own arguments
+                raise InvalidArgumentError(str(e)) from None
+            raise
     results, error = [], None
     for h in group:                      # wait for all, even after a failure: no leaked handles
         try:
             results.append(_ops.synchronize(h))
-        except HorovodInternalError as e:
+        except Exception as e:
             error = error or e
     if error is not None:
         raise error

@@ -17,6 +17,12 @@ Contract
     yourself first, e.g. to clip gradients).
   * With op=Average the gradient is divided by gradient_predivide_factor before the sum and
     multiplied by it after, then averaged (Horovod's prescale/postscale split).
+  * Sparse gradients (nn.Embedding(sparse=True)) go through sparse_allreduce_async (allgather
+    of indices and values) and p.grad is the sparse result, so torch.optim.SparseAdam works.
+    With sparse_as_dense=True a dense copy is allreduced and p.grad gets the result back as a
+    sparse tensor, as in Horovod. Sparse gradients cannot be part of `groups` (ValueError).
+  * set_backward_passes_per_step(passes) and load_state_dict() (which forgets gradients in
+    flight and restarts the pass count) behave as Horovod's.
   * Hooks are installed only when this rank is in the process set and the set has more than
     one rank (or RINGFOLD_ELASTIC/HOROVOD_ELASTIC is 1), as in Horovod.
   * Errors: duplicate or missing parameter names raise ValueError at construction; more
@@ -79,6 +85,7 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
+        process_set._id()             # an unregistered set fails here, naming itself
         elastic = os.environ.get('RINGFOLD_ELASTIC', os.environ.get('HOROVOD_ELASTIC')) == '1'
         if process_set.included() and (process_set.size() > 1 or elastic):
             self._register_hooks()
@@ -94,6 +101,8 @@ class _DistributedOptimizer:
             per = max(1, -(-len(trainable) // groups))
             return [trainable[i:i + per] for i in range(0, len(trainable), per)]
         if isinstance(groups, list) and all(isinstance(g, list) for g in groups):
+            if any(not isinstance(p, torch.Tensor) for g in groups for p in g):
+                raise ValueError('groups must consist of torch.Tensor (lists of parameters)')
             ids = [id(p) for g in groups for p in g]
             if len(ids) != len(set(ids)):
                 raise ValueError('groups: a parameter appears in more than one group')
@@ -115,15 +124,15 @@ class _DistributedOptimizer:
     def _prepare_grad(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse and self.sparse_as_dense:
-            p.grad = p.grad.to_dense()
         return p.grad
 
     def _allreduce_grad_async(self, p):
         grad = self._prepare_grad(p)
         name = self._name(p)
         if grad.is_sparse:
-            return mpi_ops.sparse_allreduce_async(grad, name, self.op, self.process_set), None
+            if not self.sparse_as_dense:
+                return mpi_ops.sparse_allreduce_async(grad, name, self.op, self.process_set), None
+            grad = grad.to_dense()       # p.grad stays sparse; the result goes back as sparse
         compressed, ctx = self._compression.compress(grad)
         pre, post = self._scale_factors()
         handle = mpi_ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
@@ -134,7 +143,14 @@ class _DistributedOptimizer:
         params = self._groups[index]
         entries = []
         for p in params:
-            compressed, ctx = self._compression.compress(self._prepare_grad(p))
+            grad = self._prepare_grad(p)
+            if grad.is_sparse:
+                if not self.sparse_as_dense:
+                    raise ValueError('DistributedOptimizer: parameter %s has a sparse gradient and is in '
+                                     '`groups`; leave it out of groups or use sparse_as_dense=True'
+                                     % self._name(p))
+                grad = grad.to_dense()
+            compressed, ctx = self._compression.compress(grad)
             entries.append((p, ctx, compressed))
         pre, post = self._scale_factors()
         handle = mpi_ops.grouped_allreduce_async_([c for _, _, c in entries],
@@ -214,8 +230,30 @@ class _DistributedOptimizer:
 
     def _set_grad(self, p, ctx, compressed):
         result = self._compression.decompress(compressed, ctx)
-        if result is not p.grad:
+        if p.grad.is_sparse:                 # sparse_as_dense: back to sparse for the optimizer
+            p.grad = result.to_sparse()
+        elif result is not p.grad:
             p.grad.copy_(result)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes how many backward passes are accumulated locally before an allreduce."""
+        if passes < 1:
+            raise ValueError('backward_passes_per_step must be at least 1, not %r' % (passes,))
+        self.backward_passes_per_step = passes
+        for key in self._allreduce_delay:
+            self._allreduce_delay[key] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's load_state_dict; gradients in flight are forgotten and the
+        backward-pass count restarts, as in Horovod."""
+        self._handles.clear()
+        self._group_handles.clear()
+        self._group_ready.clear()
+        self._synchronized = False
+        self._should_synchronize = True
+        for key in self._allreduce_delay:
+            self._allreduce_delay[key] = self.backward_passes_per_step
+        return self._base_class.load_state_dict(self, *args, **kwargs)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
