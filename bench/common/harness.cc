@@ -359,7 +359,19 @@ int benchMain(int argc, char** argv, BenchCollective& coll) {
     return runner.run();
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: rank %d: %s\n", coll.program().c_str(), rank, e.what());
+    if (rank < 0) {
+      // Failed before the communicator existed (e.g. the store was unreachable): the rank is
+      // the one the environment names, if it names one.
+      try {
+        rank = rendezvous::bootstrapFromEnvironment().rank;
+      } catch (const std::exception&) {
+      }
+    }
+    if (rank < 0) {
+      std::fprintf(stderr, "%s: %s\n", coll.program().c_str(), e.what());
+    } else {
+      std::fprintf(stderr, "%s: rank %d: %s\n", coll.program().c_str(), rank, e.what());
+    }
     return 2;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "bench/common/data.h"
 #include "bench/common/guarded_buffer.h"
+#include "bench/common/harness.h"
 #include "bench/common/nccl_format.h"
 #include "reduce/cpu_reducer.h"
 
@@ -164,6 +165,38 @@ TEST(GuardedBuffer, DetectsWritesPastEitherEnd) {
   b.data()[1000] = std::byte{1};   // just past the end
   b.data()[-1] = std::byte{2};     // just before the start
   EXPECT_EQ(b.guardDamage(), 2);
+}
+
+// A collective that is never run: the job fails before the communicator exists.
+class NeverRun : public BenchCollective {
+ public:
+  std::string program() const override { return "never_run_perf"; }
+  OpColumn opColumn() const override { return OpColumn::kNone; }
+  CollCounts counts(size_t count, int) const override { return {count, count, count}; }
+  double algBytes(const CollCounts& c, size_t elemSize, int) const override { return double(c.send * elemSize); }
+  double busFactor(int) const override { return 1; }
+  void run(Communicator&, const void*, void*, size_t, DataType, ReduceOp, int) override {}
+  void fillInput(const CheckContext&, void*) const override {}
+  int64_t checkOutput(const CheckContext&, const void*) const override { return 0; }
+};
+
+// A rank that cannot reach the store names its rank from the environment, not "rank -1".
+TEST(BenchMain, StartFailureNamesTheRankFromTheEnvironment) {
+  const std::pair<const char*, const char*> vars[] = {
+      {"RINGFOLD_RANK", "1"}, {"RINGFOLD_SIZE", "2"}, {"RINGFOLD_LOCAL_RANK", "1"},
+      {"RINGFOLD_LOCAL_SIZE", "2"}, {"RINGFOLD_STORE_ADDR", "127.0.0.1"},
+      {"RINGFOLD_STORE_PORT", "1"}, {"RINGFOLD_SECRET", "s"}, {"RINGFOLD_START_TIMEOUT", "0.2"}};
+  for (const auto& [k, v] : vars) ::setenv(k, v, 1);
+  NeverRun coll;
+  char name[] = "never_run_perf";
+  char* argv[] = {name, nullptr};
+  ::testing::internal::CaptureStderr();
+  int rc = benchMain(1, argv, coll);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  for (const auto& [k, v] : vars) ::unsetenv(k);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(err.find("never_run_perf: rank 1: could not connect to the rendezvous store"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rank -1"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ void setRunVariables(std::vector<std::string>& env, const LaunchOptions& options
   setVar(env, "RINGFOLD_STORE_ADDR", store.addr);
   setVar(env, "RINGFOLD_STORE_PORT", std::to_string(store.port));
   setVar(env, "RINGFOLD_SECRET", store.secret);
+  setVar(env, "RINGFOLD_STORE_SERVER", "external");  // the launcher hosts it, not rank 0
   if (options.startTimeoutSeconds) {
     setVar(env, "RINGFOLD_START_TIMEOUT", formatSeconds(*options.startTimeoutSeconds));
   }

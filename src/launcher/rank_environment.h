@@ -10,6 +10,7 @@
 //   3. PYTHONUNBUFFERED=1 and the rank's identity and store, which always win:
 //        RINGFOLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE,
 //        RINGFOLD_STORE_ADDR, RINGFOLD_STORE_PORT, RINGFOLD_SECRET,
+//        RINGFOLD_STORE_SERVER=external (the launcher hosts the store; rank 0 must not),
 //        HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE, HOROVOD_HOSTNAME,
 //        RINGFOLD_START_TIMEOUT (only when --start-timeout was given),
 //        RINGFOLD_SOCKET_IFNAME="=<list>" (only when --network-interface was given).

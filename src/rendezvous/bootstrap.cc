@@ -19,11 +19,14 @@
 //     TORCHELASTIC_USE_AGENT_STORE set: torchrun's own store holds MASTER_PORT); else slurm /
 //     Open MPI: 29500 + job % 1000, job = OMPI_MCA_ess_base_jobid, or for slurm
 //     SLURM_JOB_ID + 97 * SLURM_STEP_ID (so that concurrent steps of one job differ).
-//  6. Secret: RINGFOLD_SECRET; under ringfoldrun it is required. Otherwise it is derived as
+//  6. Secret: RINGFOLD_SECRET; with the RINGFOLD_* names (ringfoldrun, or ranks started by hand)
+//     it is required. Otherwise it is derived as
 //     hex(SHA-256("ringfold-job-secret-v1:" NAME "=" VALUE)) from the first job identity set:
 //     TORCHELASTIC_RUN_ID, SLURM_JOB_ID (SLURM_JOB_ID.SLURM_STEP_ID=J.S when slurm started the
 //     ranks and SLURM_STEP_ID is set), OMPI_MCA_ess_base_jobid,
 //     HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT, MASTER_ADDR:MASTER_PORT — with a warning.
+//  7. Store server: rank 0 hosts it (hostStore) under every name set, unless
+//     RINGFOLD_STORE_SERVER=external (set by ringfoldrun, which hosts the store itself).
 //  A single process (size 1) gets no store address, port or secret.
 #include "rendezvous/bootstrap.h"
 
@@ -331,6 +334,16 @@ void deriveSecret(BootstrapInfo& info) {
   }
 }
 
+// RINGFOLD_STORE_SERVER: rank0 (default) or external (ringfoldrun hosts the store itself).
+bool storeIsExternal() {
+  auto v = params::kStoreServer.lookup();
+  if (!v || v->first == "rank0") return false;
+  if (v->first == "external") return true;
+  RF_THROW(InvalidArgument, v->second, "='", v->first,
+           "' is not a store server: use rank0 (rank 0 hosts the store) or external (ringfoldrun "
+           "or another process hosts it)");
+}
+
 }  // namespace
 
 namespace detail {
@@ -432,7 +445,7 @@ BootstrapInfo bootstrapFromEnvironment() {
 
   deriveStore(info);
   deriveSecret(info);
-  info.hostStore = info.source != "ringfold" && info.rank == 0;
+  info.hostStore = info.rank == 0 && !storeIsExternal();
   return info;
 }
 

@@ -24,8 +24,10 @@
 //   * store: RINGFOLD_STORE_ADDR/PORT, or the launcher's own (MASTER_ADDR/PORT, horovodrun's
 //     rendezvous address), the first slurm node, 127.0.0.1 for a one-host Open MPI job; ports
 //     of launchers' own servers are skipped (+1).
-//   * secret: RINGFOLD_SECRET, or (not under ringfoldrun) derived from the job's identity,
-//     with a warning that this only keeps other jobs out by accident, not by design.
+//   * secret: RINGFOLD_SECRET, or (not with the RINGFOLD_* names) derived from the job's
+//     identity, with a warning that this only keeps other jobs out by accident, not by design.
+//   * hostStore: rank 0, whichever names started it, unless RINGFOLD_STORE_SERVER=external
+//     (ringfoldrun sets it: the launcher hosts the store, and every rank only connects).
 #pragma once
 
 #include <string>
@@ -42,7 +44,7 @@ struct BootstrapInfo {
   std::string storeAddr;  // empty for a single process
   int storePort = 0;
   std::string secret;     // raw bytes of the job secret
-  bool hostStore = false; // this process must start the store server (rank 0, no launcher)
+  bool hostStore = false; // this process must start the store server (rank 0, unless external)
   std::string source;     // "ringfold", "horovod", "torchrun", "openmpi", "slurm" or "none"
 };
 

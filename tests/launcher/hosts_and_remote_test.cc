@@ -162,6 +162,7 @@ TEST(RankEnvironment, RemoteRanksGetTheJobsVariablesOnly) {
   EXPECT_EQ(get("HOROVOD_HOSTNAME"), "b");
   EXPECT_EQ(get("RINGFOLD_STORE_ADDR"), "10.0.0.1");
   EXPECT_EQ(get("RINGFOLD_SECRET"), "c0ffee");
+  EXPECT_EQ(get("RINGFOLD_STORE_SERVER"), "external");
   EXPECT_EQ(get("RINGFOLD_SOCKET_IFNAME"), "=eth0");
   EXPECT_EQ(get("RINGFOLD_START_TIMEOUT"), "5");
   EXPECT_EQ(get("PYTHONUNBUFFERED"), "1");

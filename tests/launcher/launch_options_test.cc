@@ -210,6 +210,7 @@ TEST(RankEnvironment, SetsIdentityStoreAndExports) {
   EXPECT_EQ(get("RINGFOLD_STORE_ADDR"), "127.0.0.1");
   EXPECT_EQ(get("RINGFOLD_STORE_PORT"), "4242");
   EXPECT_EQ(get("RINGFOLD_SECRET"), "c0ffee");
+  EXPECT_EQ(get("RINGFOLD_STORE_SERVER"), "external");  // the launcher hosts it, not rank 0
   EXPECT_EQ(get("RINGFOLD_START_TIMEOUT"), "7");
   EXPECT_EQ(get("PYTHONUNBUFFERED"), "1");
   int rankEntries = 0;

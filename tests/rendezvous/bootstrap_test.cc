@@ -17,7 +17,7 @@ namespace {
 const char* kVars[] = {
     "RINGFOLD_RANK", "RINGFOLD_SIZE", "RINGFOLD_LOCAL_RANK", "RINGFOLD_LOCAL_SIZE",
     "RINGFOLD_CROSS_RANK", "RINGFOLD_CROSS_SIZE", "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT",
-    "RINGFOLD_SECRET", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+    "RINGFOLD_SECRET", "RINGFOLD_STORE_SERVER", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
     "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
     "HOROVOD_GLOO_RENDEZVOUS_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
     "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
@@ -95,9 +95,18 @@ TEST_F(Bootstrap, RingfoldEveryName) {
   EXPECT_EQ(info.storeAddr, "host0");
   EXPECT_EQ(info.storePort, 4000);
   EXPECT_EQ(info.secret, "s3");
-  EXPECT_FALSE(info.hostStore);  // ringfoldrun hosts the store
+  EXPECT_FALSE(info.hostStore);  // not rank 0
+  // Started by hand with the RINGFOLD_* names: rank 0 hosts the store, as under every other
+  // starter (README, "Running under cluster managers").
   set({{"RINGFOLD_RANK", "0"}});
+  EXPECT_TRUE(bootstrapFromEnvironment().hostStore);
+  // Under ringfoldrun, which hosts the store itself and says so.
+  set({{"RINGFOLD_STORE_SERVER", "external"}});
   EXPECT_FALSE(bootstrapFromEnvironment().hostStore);
+  set({{"RINGFOLD_STORE_SERVER", "rank0"}});
+  EXPECT_TRUE(bootstrapFromEnvironment().hostStore);
+  set({{"RINGFOLD_STORE_SERVER", "launcher"}});
+  EXPECT_TRUE(has(errorOf(), "RINGFOLD_STORE_SERVER='launcher'")) << errorOf();
 }
 
 TEST_F(Bootstrap, RingfoldRequiresTheSecret) {
