@@ -160,6 +160,9 @@ void Job::signalRank(Rank& r, int sig) {
   if (!r.running) return;
   if (r.slot.local) {
     signalGroup(r.pid, sig);
+    // A stopped process (SIGSTOP, SIGTSTP) keeps a caught or ignored signal pending until it is
+    // continued: without SIGCONT a stopped rank would cost the whole grace period.
+    if (sig != SIGKILL) signalGroup(r.pid, SIGCONT);
     return;
   }
   // A remote rank that has started hears the signal through its ssh stdin; one that has not
@@ -170,7 +173,10 @@ void Job::signalRank(Rank& r, int sig) {
     close(r.stdinFd);
     r.stdinFd = -1;
   }
-  if (!told && !r.started) signalGroup(r.pid, sig);
+  if (!told && !r.started) {
+    signalGroup(r.pid, sig);
+    if (sig != SIGKILL) signalGroup(r.pid, SIGCONT);
+  }
 }
 
 void Job::beginStop(int sig, const std::string& why) {

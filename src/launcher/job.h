@@ -21,6 +21,9 @@
 //     255: "lost the connection to host H" with ssh's message) on stderr, then every other
 //     rank is stopped: SIGTERM, and SIGKILL after the grace period. The exit code is that
 //     rank's status, or 128+signal.
+//   * Every signal but SIGKILL is followed by SIGCONT to the same process group (here, or on
+//     the remote host), so a stopped rank (SIGSTOP, SIGTSTP) acts on it at once instead of
+//     holding the job for the whole grace period.
 //   * SIGINT/SIGTERM/SIGHUP to the launcher: forwarded to every rank (to a remote rank through
 //     its ssh stdin), SIGKILL after the grace period (at once on a second signal); exit code
 //     128+signal (130, 143, 129).

@@ -106,7 +106,9 @@ std::string remoteScript(const RemoteScriptInput& in) {
   std::string command;
   for (const auto& a : in.command) command += " " + shellQuote(a);
   // The rank's group, or just its pid when setsid was missing.
-  s += "sig() { kill -s \"$1\" -- \"-$p\" 2>/dev/null || kill -s \"$1\" \"$p\" 2>/dev/null; }\n";
+  // Every signal but KILL is followed by CONT: a stopped rank would not act on it before.
+  s += "sig() { kill -s \"$1\" -- \"-$p\" 2>/dev/null || kill -s \"$1\" \"$p\" 2>/dev/null; "
+       "[ \"$1\" = KILL ] || kill -s CONT -- \"-$p\" 2>/dev/null || kill -s CONT \"$p\" 2>/dev/null; }\n";
   s += "exec 3<&0 </dev/null\n";
   s += "printf '%s\\n' " + shellQuote(startedMarker(in.nonce)) + "\n";
   s += "if command -v setsid >/dev/null 2>&1; then setsid" + command + " 3<&- & else" + command +

@@ -14,7 +14,8 @@
 //   * fd 3 := the ssh channel's stdin, stdin := /dev/null; print "#rf-started-<nonce>" (the
 //     launcher swallows that line and counts the rank as started);
 //   * start the command with setsid, in its own session and process group (pid $p);
-//   * a watcher reads fd 3: a line TERM/INT/HUP/KILL signals the rank's group; end of file --
+//   * a watcher reads fd 3: a line TERM/INT/HUP/KILL signals the rank's group (followed by
+//     CONT, except after KILL, so that a stopped rank acts on it at once); end of file --
 //     the launcher closed the pipe, exited, or was SIGKILLed (its ssh clients then die of
 //     PR_SET_PDEATHSIG, and sshd closes the channel) -- sends SIGTERM, then SIGKILL after
 //     the grace period;

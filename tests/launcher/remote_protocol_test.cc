@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "launcher/rank_environment.h"
 #include "launcher/remote_rank.h"
@@ -115,6 +116,30 @@ TEST(RemoteProtocol, TermLineSignalsTheRanksGroup) {
   ASSERT_TRUE(signalRemoteRank(r.p.stdinFd, SIGTERM));
   finish(r);
   EXPECT_EQ(r.exitCode, 128 + SIGTERM);
+  EXPECT_TRUE(testing::waitUntilDead(pids, 2s).empty());
+}
+
+// A stopped rank keeps a caught TERM pending until continued: the remote side sends CONT after
+// it, so the rank's handler runs at once (without it, finish() would time out).
+TEST(RemoteProtocol, TermLineReachesAStoppedRank) {
+  TempDir dir;
+  Remote r = start({"sh", "-c", "trap 'exit 9' TERM; " + pidFile(dir) + "kill -STOP $$; while true; do sleep 0.05; done"},
+                   {}, dir.path(), /*grace=*/30);
+  auto pids = testing::waitForPidFiles(dir.path(), 1, 10s);
+  ASSERT_EQ(pids.size(), 1u);
+  bool stopped = false;
+  for (int i = 0; i < 200 && !stopped; ++i) {
+    std::ifstream status("/proc/" + std::to_string(pids[0]) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("State:", 0) == 0) stopped = line.find('T') != std::string::npos;
+    }
+    if (!stopped) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(stopped) << "the rank did not stop itself";
+  ASSERT_TRUE(signalRemoteRank(r.p.stdinFd, SIGTERM));
+  finish(r, 10s);
+  EXPECT_EQ(r.exitCode, 9) << r.err;  // its own TERM handler ran: not the grace period's KILL
   EXPECT_TRUE(testing::waitUntilDead(pids, 2s).empty());
 }
 

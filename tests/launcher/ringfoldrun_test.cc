@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <map>
 #include <regex>
 
@@ -187,6 +188,35 @@ TEST(Ringfoldrun, RankKilledBySignalStopsTheOthers) {
 TEST(Ringfoldrun, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
   expectFailFast("exit 5", "trap '' TERM; while true; do sleep 0.1; done", 5,
                  "exited with status 5", {"--grace-period", "0.5"});
+}
+
+// A rank stopped with SIGSTOP keeps a caught SIGTERM pending until it is continued: the
+// launcher must send SIGCONT with SIGTERM, so that the job ends long before the grace period
+// (40 s here) and the stopped rank's own handler runs.
+TEST(Ringfoldrun, StoppedRankActsOnSigtermWithoutWaitingForTheGracePeriod) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string stopped =
+      "trap 'echo handled > " + d + "/term.2; exit 7' TERM; " + recordPid(dir) + "kill -STOP $$; "
+      "while true; do sleep 0.1; done";
+  const std::string failing =
+      recordPid(dir) + waitForPids(dir, 3) +
+      "i=0; while ! grep -q '^State:[[:space:]]*T' /proc/$(cat " + d + "/pid.2)/status && [ $i -lt 200 ]; "
+      "do sleep 0.05; i=$((i+1)); done; "
+      "grep -q '^State:[[:space:]]*T' /proc/$(cat " + d + "/pid.2)/status && echo stopped > " + d +
+      "/was_stopped; exit 3";
+  const std::string script = "case $RINGFOLD_RANK in 1) " + failing + ";; 2) " + stopped +
+                             ";; *) " + recordPid(dir) + "exec sleep 60;; esac";
+  Finished f = run(launcher({"-np", "3", "--grace-period", "40", "sh", "-c", script}), 30s);
+  ASSERT_FALSE(f.timedOut) << "a stopped rank held the launcher for its grace period\n" << f.err;
+  EXPECT_EQ(f.exitCode, 3) << f.err;
+  EXPECT_LT(f.seconds, 20.0) << f.err;  // a hang guard far below the 40 s grace period
+  EXPECT_TRUE(std::filesystem::exists(d + "/was_stopped")) << "rank 2 was not stopped in time";
+  EXPECT_TRUE(std::filesystem::exists(d + "/term.2")) << "the stopped rank never ran its SIGTERM handler";
+  EXPECT_FALSE(contains(f.err, "grace period, sending SIGKILL")) << f.err;
+  std::vector<pid_t> pids = waitForPidFiles(d, 3, 1s);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
 }
 
 void expectSignalStopsAll(int sig, int wantExit) {
