@@ -239,24 +239,37 @@ void initialize(const int* ranks, int nranks, const int* psRanks, const int* psS
   if (nranks > 0 && ranks == nullptr) invalid(concat("ranks is NULL but nranks is ", nranks));
   if (numPs < 0) invalid(concat("num_ps is ", numPs));
   if (numPs > 0 && psSizes == nullptr) invalid(concat("ps_sizes is NULL but num_ps is ", numPs));
+  // Every count is checked against the world's size before the array it describes is read: the
+  // library cannot know the arrays' lengths, only that no longer one makes sense.
+  const int world = rendezvous::bootstrapFromEnvironment().size;
+  const std::string worldText = concat(world, world == 1 ? " rank" : " ranks");
   int64_t total = 0;
   for (int i = 0; i < numPs; ++i) {
     if (psSizes[i] <= 0) {
       invalid(concat("process set ", i, " passed to init has ", psSizes[i], " ranks; a process set needs at least one"));
     }
-    total += psSizes[i];
+    if (psSizes[i] > world) {
+      invalid(concat("ps_sizes[", i, "] is ", psSizes[i], ", more than the ", worldText,
+                     " of the world: a process set holds distinct ranks of it"));
+    }
+    total += psSizes[i];  // at most num_ps * world: no overflow in 64 bits
   }
   if (total > 0 && psRanks == nullptr) invalid(concat("ps_ranks is NULL but ps_sizes add up to ", total));
   std::vector<std::vector<int>> sets;
-  for (int i = 0, at = 0; i < numPs; at += psSizes[i], ++i) sets.emplace_back(psRanks + at, psRanks + at + psSizes[i]);
+  for (int64_t i = 0, at = 0; i < numPs; at += psSizes[i], ++i) {
+    sets.emplace_back(psRanks + at, psRanks + at + psSizes[i]);
+  }
 
   if (nranks > 0) {
-    const auto info = rendezvous::bootstrapFromEnvironment();
-    bool all = nranks == info.size;
+    if (nranks > world) {
+      invalid(concat("nranks is ", nranks, " but the world has ", worldText, ": init with other ranks than 0..",
+                     world - 1, " is not supported (every rank takes part; use a process set for a subset)"));
+    }
+    bool all = nranks == world;
     for (int i = 0; all && i < nranks; ++i) all = ranks[i] == i;
     if (!all) {
       invalid(concat("init with ranks ", engine::shapeString(std::vector<int64_t>(ranks, ranks + nranks)),
-                     " is not supported: ringfold's ranks are the launcher's 0..", info.size - 1,
+                     " is not supported: ringfold's ranks are the launcher's 0..", world - 1,
                      " and every rank takes part; to run collectives on a subset of ranks, pass it as a "
                      "process set (ps_ranks/ps_sizes) or add one with horovod_add_process_set"));
     }
@@ -312,6 +325,36 @@ ReduceOp toReduceOp(int horovodCode) {
 
 void requireReducible(const TensorArgs& a) {
   if (!isReducible(a.dtype)) invalid(concat("dtype ", dataTypeName(a.dtype), " cannot be reduced"));
+}
+
+std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet,
+                                    const std::vector<int64_t>& shape) {
+  if (nsplits < 0) invalid(concat("nsplits is ", nsplits));
+  if (nsplits == 0) return {};
+  int setSize = 0;
+  try {
+    setSize = processSet == 0 ? s.engine->size() : static_cast<int>(s.engine->processSetRanks(processSet).size());
+  } catch (const InvalidArgument&) {
+    invalid(concat("unknown process set ", processSet));
+  }
+  if (nsplits != setSize) {
+    invalid(concat("nsplits is ", nsplits, " but process set ", processSet, " has ", setSize,
+                   setSize == 1 ? " rank" : " ranks", ": pass one split per rank, or none (nsplits 0) for equal splits"));
+  }
+  if (splits == nullptr) invalid(concat("splits is NULL but nsplits is ", nsplits));
+  std::vector<int64_t> out(splits, splits + nsplits);
+  if (shape.empty()) return out;  // a scalar: the engine says alltoall needs a first dimension
+  const int64_t first = shape[0];
+  int64_t sum = 0;
+  for (int i = 0; i < nsplits; ++i) {
+    if (out[i] < 0) invalid(concat("splits[", i, "] is ", out[i], ": a split cannot be negative"));
+    if (out[i] > first) invalid(concat("splits[", i, "] is ", out[i], ", more than the first dimension ", first));
+    if (__builtin_add_overflow(sum, out[i], &sum)) {
+      invalid(concat("splits add up to more than the first dimension ", first, " (their sum does not fit in 64 bits)"));
+    }
+  }
+  if (sum > first) invalid(concat("splits add up to ", sum, ", more than the first dimension ", first));
+  return out;
 }
 
 void requireOut(const void* p, const char* what) {

@@ -138,6 +138,11 @@ TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* sh
                       int device, size_t* bytes);
 ReduceOp toReduceOp(int horovodCode);
 void requireReducible(const TensorArgs& a);
+// Alltoall's splits: nsplits (0, or the size of the process set) is checked before `splits` is
+// read, then each split against the first dimension of `shape` and their sum (checked
+// arithmetic). Returns the splits; throws InvalidArgument naming the argument.
+std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet,
+                                    const std::vector<int64_t>& shape);
 void requireOut(const void* p, const char* what);
 // `name`, or "<op>.noname.<n>" counted per (op, process set) since init.
 std::string nameFor(const char* name, OpType op, int processSet);

@@ -53,6 +53,13 @@ RINGFOLD_API int horovod_add_process_set(const int* ranks, int nranks) noexcept 
     if (!s.engine->running()) {
       return processSetFailure(HOROVOD_PROCESS_SET_ERROR_SHUTDOWN, "the engine has stopped", fn);
     }
+    if (nranks > s.engine->size()) {
+      return processSetFailure(RINGFOLD_PROCESS_SET_ERROR_INVALID,
+                               concat("nranks is ", nranks, " but the world has ", s.engine->size(),
+                                      s.engine->size() == 1 ? " rank" : " ranks",
+                                      ": a process set holds distinct ranks of it"),
+                               fn);
+    }
     std::vector<int> members;
     if (ranks != nullptr && nranks > 0) {
       members.assign(ranks, ranks + nranks);

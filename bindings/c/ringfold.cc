@@ -250,13 +250,11 @@ RINGFOLD_API int ringfold_alltoall_async(const void* input, int dtype, const int
                                          const int64_t* splits, int nsplits, const char* name, int process_set,
                                          int device, int64_t* handle) noexcept {
   return enqueueGuard("ringfold_alltoall_async", [&] {
-    require();
+    const Session s = require();
     requireOut(handle, "handle");
     size_t bytes = 0;
     TensorArgs a = tensorArgs(OpType::kAlltoall, input, dtype, shape, ndim, process_set, device, &bytes);
-    if (nsplits < 0) RF_THROW(ringfold::InvalidArgument, "nsplits is ", nsplits);
-    if (nsplits > 0 && splits == nullptr) RF_THROW(ringfold::InvalidArgument, "splits is NULL but nsplits is ", nsplits);
-    a.splits.assign(splits, splits + nsplits);
+    a.splits = alltoallSplits(s, splits, nsplits, process_set, a.shape);
     a.name = nameFor(name, a.op, process_set);
     return enqueueOne(std::move(a), handle);
   });

@@ -6,6 +6,7 @@
 // hanging it.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -659,7 +661,9 @@ TEST_F(CApi, BadArgumentsReturnInvalidArgumentNamingTheProblem) {
   EXPECT_FAILS(ringfold_broadcast_async(x, nullptr, F, s4, 1, 0, "n", 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
                "ringfold_broadcast_async: output is NULL");
   EXPECT_FAILS(ringfold_alltoall_async(x, F, s4, 1, nullptr, 2, "n", 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
-               "splits is NULL but nsplits is 2");
+               "nsplits is 2 but process set 0 has 1 rank");
+  EXPECT_FAILS(ringfold_alltoall_async(x, F, s4, 1, nullptr, 1, "n", 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
+               "splits is NULL but nsplits is 1");
   EXPECT_FAILS(ringfold_alltoall_async(x, F, s4, 1, nullptr, -1, "n", 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
                "nsplits is -1");
   EXPECT_FAILS(ringfold_reducescatter_async(x, RINGFOLD_BOOL, s4, 1, "n", 1, 1, 1, 0, CPU, &h),
@@ -752,8 +756,10 @@ TEST_F(CApi, DynamicProcessSetErrors) {
   EXPECT_EQ(horovod_add_process_set(nullptr, 0), HOROVOD_PROCESS_SET_ERROR_EXISTING_SET);
   EXPECT_EQ(horovod_add_process_set(&r1, 1), RINGFOLD_PROCESS_SET_ERROR_INVALID);
   EXPECT_TRUE(contains(lastError(), "rank 1 is out of range [0, 1)")) << lastError();
+  // Two ranks cannot be distinct ranks of a world of one: the count is refused before the array
+  // is read (multi-rank worlds report "appears twice": c_worker.cc's dynamic sets).
   EXPECT_EQ(horovod_add_process_set(dup, 2), RINGFOLD_PROCESS_SET_ERROR_INVALID);
-  EXPECT_TRUE(contains(lastError(), "appears twice")) << lastError();
+  EXPECT_TRUE(contains(lastError(), "nranks is 2 but the world has 1 rank")) << lastError();
   EXPECT_EQ(horovod_remove_process_set(0), HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET);
   EXPECT_TRUE(contains(lastError(), "global process set (id 0) cannot be removed")) << lastError();
   EXPECT_EQ(horovod_remove_process_set(4), HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET);
@@ -839,6 +845,129 @@ TEST_F(CApi, LifecycleRacesWithCallsOnOtherThreads) {
   init();
   float x = 3;
   waitRelease(allreduce(&x, &x, RINGFOLD_FLOAT32, {}, "after.races", RINGFOLD_OP_SUM));
+}
+
+// ---- counts checked before caller arrays are read -------------------------------------------------
+
+// `values` placed at the very end of a readable page followed by an inaccessible one: reading one
+// element past them faults at once, so a call that trusts a count larger than the array crashes
+// deterministically instead of reading garbage. Never freed (used in forked children).
+template <typename T>
+const T* guarded(std::vector<T> values) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t bytes = values.size() * sizeof(T);
+  auto* base = static_cast<char*>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (base == MAP_FAILED || bytes > page) std::abort();
+  mprotect(base + page, page, PROT_NONE);
+  T* at = reinterpret_cast<T*>(base + page - bytes);
+  std::memcpy(at, values.data(), bytes);
+  return at;
+}
+
+// Runs `body` in a forked child (so that a crash fails this test instead of ending the suite);
+// returns "<what body returned>" when the child exited normally, else how it died.
+std::string inChild(const std::function<std::string()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(30);
+    const std::string out = body();
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) return "the call crashed the process with signal " + std::to_string(WTERMSIG(status));
+  return out;
+}
+
+// "<status> <message>" of a call.
+std::string outcome(int rc) { return std::to_string(rc) + " " + lastError(); }
+const std::string kInvalid = std::to_string(RINGFOLD_INVALID_ARGUMENT) + " ";
+
+// horovod_init's counts are checked against the world size (1 here) before ps_ranks or ranks is
+// read: ps_sizes larger than the world, or an nranks that cannot be the world, used to read
+// past the caller's arrays (a segmentation fault).
+TEST_F(CApi, InitCountsAreCheckedBeforeReadingArrays) {
+  const std::string hugeSet = inChild([] {
+    return outcome(ringfold_init(nullptr, 0, guarded<int>({0}), guarded<int>({1000000}), 1));
+  });
+  EXPECT_EQ(hugeSet.rfind(kInvalid, 0), 0u) << hugeSet;
+  EXPECT_TRUE(contains(hugeSet, "ps_sizes[0] is 1000000")) << hugeSet;
+  EXPECT_TRUE(contains(hugeSet, "1 rank")) << hugeSet;
+  const std::string twoOfOne = inChild([] {
+    return outcome(ringfold_init(nullptr, 0, guarded<int>({0, 0}), guarded<int>({1, 2}), 2));
+  });
+  EXPECT_TRUE(contains(twoOfOne, "ps_sizes[1] is 2")) << twoOfOne;
+  const std::string hugeWorld = inChild([] {
+    return outcome(horovod_init(guarded<int>({0}), 1000000, nullptr, nullptr, 0) ? RINGFOLD_OK : RINGFOLD_INVALID_ARGUMENT);
+  });
+  EXPECT_EQ(hugeWorld.rfind(kInvalid, 0), 0u) << hugeWorld;
+  EXPECT_TRUE(contains(hugeWorld, "nranks is 1000000")) << hugeWorld;
+  EXPECT_TRUE(contains(hugeWorld, "world has 1 rank")) << hugeWorld;
+}
+
+// ringfold_alltoall_async: nsplits is checked against the process set's size before splits is
+// read (nsplits 1000000 used to crash), each split against the first dimension, and the sum with
+// checked arithmetic; each message names the argument. The same through ringfold_enqueue.
+TEST_F(CApi, AlltoallSplitsAreCheckedBeforeAndWhileReading) {
+  auto call = [](std::vector<int64_t> splits, int nsplits) {
+    return inChild([=] {
+      if (!horovod_init(nullptr, 0, nullptr, nullptr, 0)) return std::string("init failed: ") + lastError();
+      static float x[4] = {1, 2, 3, 4};
+      const int64_t s4[1] = {4};
+      int64_t h = -1;
+      const std::string direct = outcome(ringfold_alltoall_async(x, RINGFOLD_FLOAT32, s4, 1, guarded(splits), nsplits,
+                                                                 "a2a", 0, RINGFOLD_CPU_DEVICE, &h));
+      ringfold_op_t op{};
+      op.type = RINGFOLD_ALLTOALL;
+      op.name = "a2a.enqueue";
+      op.splits = guarded(splits);
+      op.nsplits = nsplits;
+      ringfold_tensor_t in{};
+      in.data = x;
+      in.dtype = RINGFOLD_FLOAT32;
+      in.shape = s4;
+      in.ndim = 1;
+      in.device = RINGFOLD_CPU_DEVICE;
+      const std::string viaEnqueue = outcome(ringfold_enqueue(&op, &in, nullptr, &h));
+      horovod_shutdown();
+      return direct == viaEnqueue ? direct : direct + " | enqueue: " + viaEnqueue;
+    });
+  };
+  const std::string many = call({4}, 1000000);
+  EXPECT_EQ(many.rfind(kInvalid, 0), 0u) << many;
+  EXPECT_TRUE(contains(many, "nsplits is 1000000")) << many;
+  EXPECT_TRUE(contains(many, "process set 0 has 1 rank")) << many;
+  const std::string huge = call({INT64_MAX}, 1);
+  EXPECT_EQ(huge.rfind(kInvalid, 0), 0u) << huge;
+  EXPECT_TRUE(contains(huge, "splits[0] is 9223372036854775807")) << huge;
+  EXPECT_TRUE(contains(huge, "first dimension 4")) << huge;
+  const std::string negative = call({-1}, 1);
+  EXPECT_TRUE(contains(negative, "splits[0] is -1")) << negative;
+  EXPECT_EQ(call({4}, 1), "0 ");  // a valid one is enqueued
+}
+
+// horovod_add_process_set checks nranks against the world size before reading ranks.
+TEST_F(CApi, AddProcessSetCountIsCheckedBeforeReadingRanks) {
+  const std::string got = inChild([] {
+    setenv("RINGFOLD_DYNAMIC_PROCESS_SETS", "1", 1);
+    if (!horovod_init(nullptr, 0, nullptr, nullptr, 0)) return std::string("init failed: ") + lastError();
+    const int rc = horovod_add_process_set(guarded<int>({0}), 1000000);
+    const std::string out = std::to_string(rc) + " " + lastError();
+    horovod_shutdown();
+    return out;
+  });
+  EXPECT_EQ(got.rfind(std::to_string(RINGFOLD_PROCESS_SET_ERROR_INVALID) + " ", 0), 0u) << got;
+  EXPECT_TRUE(contains(got, "nranks is 1000000")) << got;
+  EXPECT_TRUE(contains(got, "1 rank")) << got;
 }
 
 // ---- fork ---------------------------------------------------------------------------------------

@@ -127,6 +127,16 @@ TEST(CApiMultiprocess, ShutdownOnOneRankStopsEveryRank) {
 
 // Elastic Horovod re-initializes inside one job (shutdown(); init()): each incarnation meets
 // under its own store keys, so the second init never dials the first one's dead endpoints.
+// Alltoall splits wrong by the caller's own arguments (a split beyond the first dimension, a sum
+// beyond it or beyond 64 bits) fail at once with INVALID_ARGUMENT on every rank, naming the
+// argument, instead of an overflowed sum in a later error.
+TEST(CApiMultiprocess, AlltoallSplitCountsAreCheckedAtOnce) {
+  TempDir dir;
+  const Job job = runWorkers("bad_counts", {}, dir.path());
+  expectClean(job);
+  EXPECT_FALSE(contains(job.finished.out, "-9223372036854775807")) << job.transcript();
+}
+
 TEST(CApiMultiprocess, ReinitInTheSameJob) {
   TempDir dir;
   expectClean(runWorkers("reinit", {"-x", "RINGFOLD_START_TIMEOUT=20"}, dir.path()));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -398,6 +399,9 @@ void dynamicSets() {
   CHECK_EQ(horovod_add_process_set(s012, 3), HOROVOD_PROCESS_SET_ERROR_EXISTING_SET);
   CHECK_EQ(horovod_add_process_set(s05, 2), RINGFOLD_PROCESS_SET_ERROR_INVALID);
   CHECK(contains(err(), "rank 5 is out of range"), err());
+  const int twice[2] = {1, 1};
+  CHECK_EQ(horovod_add_process_set(twice, 2), RINGFOLD_PROCESS_SET_ERROR_INVALID);
+  CHECK(contains(err(), "appears twice"), err());
   CHECK_EQ(horovod_number_of_process_sets(), 2);
   CHECK_EQ(horovod_process_set_size(id), 2);
   CHECK_EQ(horovod_process_set_rank(id), r == 1 ? HOROVOD_PROCESS_SET_ERROR_FOREIGN_SET : r / 2);
@@ -595,12 +599,40 @@ void peerFailure(bool silent, const std::string& dir) {
   horovod_shutdown();
 }
 
+// Alltoall splits that the caller's own arguments make wrong fail at once, on the rank that
+// made them, naming the argument; nothing is enqueued, so no rank waits for the others.
+void badCounts() {
+  if (!init()) return;
+  int8_t x[4] = {1, 2, 3, 4};
+  const int64_t s4[1] = {4};
+  int64_t h = -1;
+  auto alltoall = [&](const std::vector<int64_t>& splits, const int64_t* shape) {
+    const int rc = ringfold_alltoall_async(x, RINGFOLD_INT8, shape, 1, splits.data(), static_cast<int>(splits.size()),
+                                           "bad.splits", 0, RINGFOLD_CPU_DEVICE, &h);
+    return std::to_string(rc) + " " + err();
+  };
+  const std::string invalid = std::to_string(RINGFOLD_INVALID_ARGUMENT) + " ";
+  // Horovod's example: the sum overflowed ("splits add up to -9223372036854775807").
+  std::string got = alltoall({INT64_MAX, 2, 0}, s4);
+  CHECK(got.rfind(invalid, 0) == 0 && contains(got, "splits[0] is 9223372036854775807, more than the first dimension 4"), got);
+  got = alltoall({3, 3, 0}, s4);
+  CHECK(got.rfind(invalid, 0) == 0 && contains(got, "splits add up to 6, more than the first dimension 4"), got);
+  // Each split fits the (huge, never read) first dimension, but their sum does not fit in 64 bits.
+  const int64_t big[1] = {int64_t{1} << 62};
+  got = alltoall({int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62}, big);
+  CHECK(got.rfind(invalid, 0) == 0 && contains(got, "splits add up to more than the first dimension 4611686018427387904"),
+        got);
+  CHECK(!contains(got, "-"), got);
+  message("splits", got);
+  horovod_shutdown();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|shutdown_one|reinit|stall|relayout|killed|stopped [dir]\n",
+    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|shutdown_one|reinit|stall|relayout|killed|stopped|bad_counts [dir]\n",
                  argv[0]);
     return 2;
   }
@@ -617,6 +649,7 @@ int main(int argc, char** argv) {
       {"relayout", [&] { relayout(dir); }},
       {"killed", [&] { peerFailure(false, dir); }},
       {"stopped", [&] { peerFailure(true, dir); }},
+      {"bad_counts", badCounts},
   };
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
