@@ -1,5 +1,15 @@
 #include "rendezvous/job_store.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -18,7 +28,109 @@ struct Hosted {
   std::shared_ptr<TcpStoreServer> server;
   int port = 0;
   std::string secret;
+  std::string bindAddr;
 };
+
+// A parsed numeric IPv4 or IPv6 address.
+struct Ip {
+  int family = AF_UNSPEC;
+  unsigned char bytes[16] = {};
+  bool operator==(const Ip& o) const {
+    return family == o.family && std::memcmp(bytes, o.bytes, family == AF_INET ? 4 : 16) == 0;
+  }
+  bool loopback() const {
+    static const unsigned char kV6Loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return family == AF_INET ? bytes[0] == 127 : std::memcmp(bytes, kV6Loopback, 16) == 0;
+  }
+  std::string text() const {
+    char buf[INET6_ADDRSTRLEN] = "";
+    inet_ntop(family, bytes, buf, sizeof buf);
+    return buf;
+  }
+};
+
+std::optional<Ip> parseIp(const std::string& s) {
+  Ip ip;
+  if (inet_pton(AF_INET, s.c_str(), ip.bytes) == 1) {
+    ip.family = AF_INET;
+    return ip;
+  }
+  if (inet_pton(AF_INET6, s.c_str(), ip.bytes) == 1) {
+    ip.family = AF_INET6;
+    return ip;
+  }
+  return std::nullopt;
+}
+
+std::optional<Ip> ipOf(const sockaddr* a) {
+  Ip ip;
+  if (a == nullptr) return std::nullopt;
+  if (a->sa_family == AF_INET) {
+    ip.family = AF_INET;
+    std::memcpy(ip.bytes, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, 4);
+    return ip;
+  }
+  if (a->sa_family == AF_INET6) {
+    ip.family = AF_INET6;
+    std::memcpy(ip.bytes, &reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr, 16);
+    return ip;
+  }
+  return std::nullopt;
+}
+
+bool isLocalAddress(const Ip& ip) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    auto a = ipOf(i->ifa_addr);
+    found = a && *a == ip;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+std::vector<Ip> resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::vector<Ip> out;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (auto ip = ipOf(ai->ai_addr)) out.push_back(*ip);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
+std::string storeListenAddress(const BootstrapInfo& info) {
+  const std::string& addr = info.storeAddr;
+  if (auto ip = parseIp(addr)) {
+    // Every rank dials exactly this address: a loopback one (all ranks on this host) or one of
+    // this host's own can be listened on alone. Any other (a NAT or service address that
+    // forwards here) leaves only every interface.
+    if (ip->loopback() || isLocalAddress(*ip)) return ip->text();
+    return "";
+  }
+  // A host name may resolve differently on other hosts (Debian maps a host's own name to
+  // 127.0.1.1 on that host only), so only a job that runs on this host alone, dialling a name
+  // that resolves to loopback here, is kept off the network.
+  auto ips = resolve(addr);
+  bool oneHost = info.localSize == info.size;
+  if (!ips.empty() && oneHost &&
+      std::all_of(ips.begin(), ips.end(), [](const Ip& ip) { return ip.loopback(); })) {
+    for (const Ip& ip : ips) {
+      if (ip.family == AF_INET) return ip.text();  // the clients try every address in turn
+    }
+    return ips.front().text();
+  }
+  return "";
+}
+
+namespace {
 
 Hosted& hosted() {
   static Hosted* h = new Hosted;  // never destroyed: the OS closes the socket at exit, and no
@@ -28,18 +140,25 @@ Hosted& hosted() {
 std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
   Hosted& h = hosted();
   std::lock_guard<std::mutex> lock(h.mu);
-  if (h.server && h.port == info.storePort && h.secret == info.secret) return h.server;
-  h.server.reset();  // another port or secret: free the old port first
+  const std::string bindAddr = storeListenAddress(info);
+  if (h.server && h.port == info.storePort && h.secret == info.secret && h.bindAddr == bindAddr) {
+    return h.server;
+  }
+  h.server.reset();  // another port, secret or address: free the old port first
   try {
-    h.server = std::make_shared<TcpStoreServer>("", info.storePort, info.secret);
+    h.server = std::make_shared<TcpStoreServer>(bindAddr, info.storePort, info.secret);
   } catch (const Error& e) {
     RF_THROW(Error, "rank 0 cannot host the rendezvous store on port ", info.storePort, " (",
              e.what(), "); choose a free port with ", params::kStorePort.name);
   }
   h.port = info.storePort;
   h.secret = info.secret;
-  RF_LOG(kInfo) << "hosting the rendezvous store on port " << info.storePort << " for "
-                << info.size << " ranks (" << info.source << ")";
+  h.bindAddr = bindAddr;
+  RF_LOG(kInfo) << "hosting the rendezvous store on " << h.server->address() << ":"
+                << info.storePort << " for " << info.size << " ranks (" << info.source << ")"
+                << (bindAddr.empty() ? " on every interface: the ranks dial " + info.storeAddr +
+                                           ", which is not one of this host's addresses"
+                                     : "");
   return h.server;
 }
 
@@ -61,7 +180,8 @@ JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds conne
   std::string host = info.storeAddr;
   if (info.hostStore) {
     job.server = hostedServer(info);
-    host = "127.0.0.1";
+    const std::string& bound = job.server->address();
+    host = bound == "0.0.0.0" ? "127.0.0.1" : bound;
   }
   RF_ENFORCE(!host.empty(), "no rendezvous store address for ", info.size, " ranks (set ",
              params::kStoreAddr.name, ")");

@@ -5,8 +5,8 @@
 //   job.store->add("ready", 1);
 //
 // * size 1: an in-memory HashStore, no network.
-// * info.hostStore (rank 0 under torchrun/horovodrun/mpirun/srun): starts a TcpStoreServer on
-//   all interfaces at info.storePort, then connects to it over 127.0.0.1. The server lives as
+// * info.hostStore (rank 0, unless RINGFOLD_STORE_SERVER=external): starts a TcpStoreServer at
+//   info.storePort on storeListenAddress(info), then connects to it there. The server lives as
 //   long as the process (or until a later openJobStore hosts one on another port or with
 //   another secret): a re-init (shutdown, then init) reuses it, so the other ranks, which may
 //   re-init first, never reach a store that is about to close. Each incarnation keeps to its
@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/store.h"
@@ -31,6 +32,14 @@ struct JobStore {
 };
 
 JobStore openJobStore(const BootstrapInfo& info);
+// Where rank 0's store listens: only where the ranks will dial when that is known, else
+// every interface (""):
+//   * a numeric store address that is loopback or one of this host's addresses: that address;
+//   * a host name that resolves only to loopback here, for a job whose ranks are all on this
+//     host (localSize == size): that loopback address;
+//   * anything else (a name that other hosts may resolve differently, a NAT or service
+//     address): every interface.
+std::string storeListenAddress(const BootstrapInfo& info);
 JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds connectTimeout);
 
 }  // namespace ringfold::rendezvous

@@ -5,8 +5,10 @@
 //               HMAC-SHA256(secret, "ringfold-store-v1" || nonce) and its own 32-byte nonce;
 //               the server checks (constant time) and answers HMAC(secret, "ringfold-store-srv" ||
 //               client nonce), so both sides prove they hold the secret. A wrong or missing
-//               answer (or none within the handshake timeout) closes the connection, is logged
-//               with the peer's address and is counted in refusedCount().
+//               answer (or none within the handshake timeout) closes the connection, is counted
+//               in refusedCount() and logged with the peer's address: one line each for the
+//               first few, then one summary line per refusalLogInterval with the number not
+//               logged (refusal_log.h), so a flood of bad connections cannot flood the log.
 //   request   : u8 op then its fields; one request at a time per connection:
 //                 SET    (1) key, value           -> u8 status
 //                 GET    (2) key                  -> u8 status, value        (when the key exists)
@@ -42,9 +44,12 @@ class TcpStoreServer {
   // Listens on bindAddr:port (port 0 picks a free one) and starts the server thread.
   // bindAddr may be a numeric address or a host name; "" or "0.0.0.0" listens everywhere.
   TcpStoreServer(const std::string& bindAddr, int port, std::string secret,
-                 std::chrono::milliseconds handshakeTimeout = std::chrono::seconds(5));
+                 std::chrono::milliseconds handshakeTimeout = std::chrono::seconds(5),
+                 std::chrono::milliseconds refusalLogInterval = std::chrono::seconds(10));
   ~TcpStoreServer();  // stops the thread and closes every connection
   int port() const;
+  // The numeric address it listens on ("0.0.0.0": every interface).
+  const std::string& address() const;
   // Number of connections refused so far: wrong secret, handshake not completed in time,
   // oversized or malformed input.
   int64_t refusedCount() const;

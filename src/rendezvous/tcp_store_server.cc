@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "rendezvous/refusal_log.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
 #include "rendezvous/tcp_store_request.h"
@@ -63,6 +64,16 @@ std::string peerName(const sockaddr_storage& addr) {
   return "[" + std::string(host) + "]:" + std::to_string(port);
 }
 
+std::string numericHost(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof host);
+  } else if (addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof host);
+  }
+  return host;
+}
+
 }  // namespace
 
 struct TcpStoreServer::Impl {
@@ -88,6 +99,7 @@ struct TcpStoreServer::Impl {
   int epollFd = -1;
   int wakeFd = -1;
   int port = 0;
+  std::string address;  // numeric, as bound ("0.0.0.0": every interface)
   std::atomic<int64_t> refused{0};
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -101,6 +113,8 @@ struct TcpStoreServer::Impl {
   std::vector<uint64_t> toClose;
   std::deque<uint64_t> toProcess;
   std::optional<Clock::time_point> acceptPausedUntil;
+  std::unique_ptr<RefusalLog> refusalLog;
+  std::optional<Clock::time_point> refusalSummaryDue;
 
   ~Impl() {
     for (auto& [id, c] : conns) ::close(c->fd);
@@ -149,6 +163,7 @@ struct TcpStoreServer::Impl {
     RF_CHECK_ERRNO(::getsockname(listenFd, reinterpret_cast<sockaddr*>(&addr), &len));
     port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    address = numericHost(addr);
   }
 
   void setup() {
@@ -177,12 +192,13 @@ struct TcpStoreServer::Impl {
     toClose.push_back(c.id);
   }
 
-  // Counts and logs the refusal, sends `farewell` if any (best effort: nothing else is queued on
-  // a connection refused in its handshake), then drops the connection.
+  // Counts and logs the refusal (rate-limited: refusal_log.h), sends `farewell` if any (best
+  // effort: nothing else is queued on a connection refused in its handshake), then drops the
+  // connection.
   void refuse(Conn& c, const std::string& why, const uint8_t* farewell = nullptr, size_t farewellBytes = 0) {
     if (c.dead) return;
     refused.fetch_add(1);
-    RF_LOG(kWarning) << "rendezvous store refused connection from " << c.peer << ": " << why;
+    refusalLog->refused(c.peer, why, Clock::now());
     if (farewell) {
       ssize_t ignored = ::send(c.fd, farewell, farewellBytes, MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)ignored;
@@ -507,6 +523,7 @@ struct TcpStoreServer::Impl {
     std::optional<Clock::time_point> next;
     if (!handshakeDeadlines.empty()) next = handshakeDeadlines.front().first;
     if (acceptPausedUntil && (!next || *acceptPausedUntil < *next)) next = acceptPausedUntil;
+    if (refusalSummaryDue && (!next || *refusalSummaryDue < *next)) next = refusalSummaryDue;
     if (!next) return -1;
     auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
     return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 60000)));
@@ -547,6 +564,7 @@ struct TcpStoreServer::Impl {
       }
       auto now = Clock::now();
       expireHandshakes(now);
+      refusalSummaryDue = refusalLog->flush(now);
       resumeAcceptIfDue(now);
       closeDead();
     }
@@ -554,16 +572,18 @@ struct TcpStoreServer::Impl {
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& bindAddr, int port, std::string secret,
-                               std::chrono::milliseconds handshakeTimeout)
+                               std::chrono::milliseconds handshakeTimeout,
+                               std::chrono::milliseconds refusalLogInterval)
     : impl_(std::make_unique<Impl>()) {
   RF_ENFORCE(!secret.empty(), "the rendezvous store needs a non-empty secret (RINGFOLD_SECRET)");
   RF_ENFORCE(port >= 0 && port <= 65535, "store port ", port, " is out of range");
   impl_->secret = std::move(secret);
   impl_->handshakeTimeout = handshakeTimeout;
+  impl_->refusalLog = std::make_unique<RefusalLog>(refusalLogInterval);
   impl_->listenOn(bindAddr, port);
   impl_->setup();
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
-  RF_LOG(kInfo) << "rendezvous store listening on port " << impl_->port;
+  RF_LOG(kInfo) << "rendezvous store listening on " << impl_->address << ":" << impl_->port;
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -571,9 +591,12 @@ TcpStoreServer::~TcpStoreServer() {
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(impl_->wakeFd, &one, sizeof one);
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->refusalLog->finish();  // the refusals not reported yet
 }
 
 int TcpStoreServer::port() const { return impl_->port; }
+
+const std::string& TcpStoreServer::address() const { return impl_->address; }
 
 int64_t TcpStoreServer::refusedCount() const { return impl_->refused.load(); }
 

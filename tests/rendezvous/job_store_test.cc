@@ -1,9 +1,15 @@
 // openJobStore(): ranks as forked processes bootstrapped from launcher-style environments,
 // rank 0 hosting the TCP store, the others finding it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "child_process.h"
@@ -47,6 +53,83 @@ std::vector<int> runRanks(int ranks, const std::function<std::map<std::string, s
   std::vector<int> codes;
   for (pid_t pid : pids) codes.push_back(waitChild(pid, 20s));
   return codes;
+}
+
+// This host's first non-loopback IPv4 address, if it has one.
+std::optional<std::string> nonLoopbackIpv4() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const auto* a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if ((ntohl(a->sin_addr.s_addr) >> 24) == 127) continue;
+    char buf[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+    found = buf;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+// True if a TCP connection to addr:port is accepted.
+bool accepts(const std::string& addr, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+BootstrapInfo rankZeroOf(int size, int localSize, const std::string& storeAddr, int port) {
+  BootstrapInfo info;
+  info.rank = 0;
+  info.size = size;
+  info.localSize = localSize;
+  info.storeAddr = storeAddr;
+  info.storePort = port;
+  info.secret = "listen-test-" + std::to_string(port);
+  info.hostStore = true;
+  info.source = "ringfold";
+  return info;
+}
+
+// Rank 0 listens only where the ranks dial when that is known: a loopback store address keeps
+// the store off the network (README: "Running under cluster managers").
+TEST(JobStore, LoopbackStoreAddressListensOnLoopbackOnly) {
+  const int port = freePort();
+  JobStore job = openJobStore(rankZeroOf(2, 2, "127.0.0.1", port), 2s);
+  ASSERT_NE(job.server, nullptr);
+  EXPECT_EQ(job.server->address(), "127.0.0.1");
+  EXPECT_TRUE(accepts("127.0.0.1", port));
+  if (auto other = nonLoopbackIpv4()) {
+    EXPECT_FALSE(accepts(*other, port)) << "the store answers on " << *other;
+  }
+  job.store->setString("k", "v");
+  EXPECT_EQ(job.store->getString("k", 1s), "v");
+}
+
+TEST(JobStore, ListenAddressFollowsTheStoreAddress) {
+  // localhost, all ranks on this host: loopback.
+  EXPECT_EQ(storeListenAddress(rankZeroOf(2, 2, "localhost", 1)).rfind("127.", 0), 0u)
+      << storeListenAddress(rankZeroOf(2, 2, "localhost", 1));
+  // A host name on a multi-host job may resolve elsewhere to another address: everywhere.
+  EXPECT_EQ(storeListenAddress(rankZeroOf(4, 2, "localhost", 1)), "");
+  // A numeric address that is not this host's (forwarded to it, say): everywhere.
+  EXPECT_EQ(storeListenAddress(rankZeroOf(4, 2, "198.51.100.77", 1)), "");
+  EXPECT_EQ(storeListenAddress(rankZeroOf(2, 2, "::1", 1)), "::1");
+  if (auto own = nonLoopbackIpv4()) {
+    // One of this host's addresses: that one alone, as every rank dials exactly it.
+    EXPECT_EQ(storeListenAddress(rankZeroOf(4, 2, *own, 1)), *own);
+    const int port = freePort();
+    JobStore job = openJobStore(rankZeroOf(2, 1, *own, port), 2s);
+    EXPECT_EQ(job.server->address(), *own);
+    EXPECT_TRUE(accepts(*own, port));
+    EXPECT_FALSE(accepts("127.0.0.1", port));
+  }
 }
 
 TEST(JobStore, OneProcessIsInMemory) {

@@ -10,9 +10,12 @@
 
 #include <fstream>
 #include <optional>
+#include <regex>
+#include <sstream>
 
 #include "child_process.h"
 #include "rendezvous/secret.h"
+#include "rendezvous/refusal_log.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_protocol.h"
 #include "rendezvous/tcp_store_request.h"
@@ -159,6 +162,83 @@ TEST(TcpStore, SilentHandshakeTimesOut) {
   EXPECT_TRUE(waitForCount(server, 2, 3s));
   auto good = connect(server.port());  // the server still serves others
   EXPECT_EQ(good->add("n", 1), 1);
+}
+
+// Lines of `log` that report refusals, and the connections they account for: one each for a
+// line per refusal, N for a summary "refused N more connection(s)".
+struct RefusalLines {
+  int lines = 0;
+  int64_t accounted = 0;
+  std::string lastSummary;
+};
+RefusalLines refusalLines(const std::string& log) {
+  RefusalLines r;
+  std::istringstream in(log);
+  std::string line;
+  const std::regex summary(R"(rendezvous store refused (\d+) more connection\(s\))");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, summary)) {
+      ++r.lines;
+      r.accounted += std::stoll(m[1]);
+      r.lastSummary = line;
+    } else if (contains(line, "rendezvous store refused connection from")) {
+      ++r.lines;
+      ++r.accounted;
+    }
+  }
+  return r;
+}
+
+// A flood of bad connections costs a few log lines, not one each, and the summaries count
+// every refusal.
+TEST(TcpStore, FloodOfRefusedConnectionsLogsBoundedLinesWithCounts) {
+  constexpr int kBad = 600;
+  ::testing::internal::CaptureStderr();
+  const auto start = Clock::now();
+  {
+    TcpStoreServer server("127.0.0.1", 0, kSecret, 5s, /*refusalLogInterval=*/300ms);
+    for (int i = 0; i < kBad; ++i) {
+      RawClient raw(server.port());
+      if (i % 2 == 0) raw.send(std::vector<uint8_t>(wire::kClientHelloBytes, 0x41));  // wrong proof
+      // odd ones close before completing the handshake
+    }
+    EXPECT_TRUE(waitForCount(server, kBad, 20s));
+    std::this_thread::sleep_for(400ms);  // one summary falls due while the server runs
+  }  // the destructor reports what is still pending
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  RefusalLines r = refusalLines(log);
+  // 5 one by one, then at most one summary per 300 ms interval (+1 at the end).
+  EXPECT_LE(r.lines, 5 + static_cast<int>(seconds / 0.3) + 2) << log.substr(0, 4000);
+  EXPECT_LT(r.lines, 60) << log.substr(0, 4000);
+  EXPECT_EQ(r.accounted, kBad) << log.substr(0, 4000);
+  EXPECT_TRUE(contains(r.lastSummary, std::to_string(kBad) + " refused in all")) << r.lastSummary;
+  EXPECT_TRUE(contains(r.lastSummary, "from 1 address(es)")) << r.lastSummary;
+  EXPECT_TRUE(contains(log, "further refusals are counted and summarized every 0.3 s")) << log.substr(0, 2000);
+}
+
+TEST(RefusalLog, BurstReturnsOnlyAfterAQuietInterval) {
+  using namespace std::chrono;
+  RefusalLog log(1s, 2);
+  auto t = RefusalLog::Clock::time_point{} + 100s;
+  ::testing::internal::CaptureStderr();
+  log.refused("1.2.3.4:1", "a", t);
+  log.refused("1.2.3.4:2", "b", t);                        // burst used up
+  for (int i = 0; i < 10; ++i) log.refused("5.6.7.8:" + std::to_string(i), "c", t + milliseconds(i));
+  EXPECT_FALSE(log.flush(t + 500ms) == std::nullopt);      // a summary is pending
+  EXPECT_EQ(log.flush(t + 1s), std::nullopt);              // ... and logged when due
+  log.refused("1.2.3.4:3", "d", t + 1005ms);               // < 1 s after the last: still counted
+  log.flush(t + 2500ms);
+  log.refused("1.2.3.4:4", "e", t + 4000ms);               // a quiet interval later: one by one
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  RefusalLines r = refusalLines(out);
+  EXPECT_EQ(r.accounted, 14) << out;
+  EXPECT_EQ(r.lines, 5) << out;  // a, b, summary of 10, summary of 1, e
+  EXPECT_TRUE(contains(out, "refused 10 more connection(s)")) << out;
+  EXPECT_TRUE(contains(out, "from 1 address(es); latest from 5.6.7.8:9: c; 12 refused in all")) << out;
+  EXPECT_TRUE(contains(out, "1.2.3.4:4: e")) << out;
+  EXPECT_EQ(log.total(), 14);
 }
 
 TEST(TcpStore, OversizedLengthIsRejectedBeforeAllocating) {
