@@ -452,10 +452,13 @@ class BrokenUnixNameStore : public rendezvous::HashStore {
  public:
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
     std::vector<uint8_t> v = HashStore::get(key, timeout);
-    std::string text(v.begin(), v.end());
-    auto last = text.rfind(' ');
-    if (key.find("/addr/") == std::string::npos || last == std::string::npos) return v;
-    text = text.substr(0, last + 1) + "ringfold-nobody-listens-here";
+    std::istringstream in(std::string(v.begin(), v.end()));
+    std::vector<std::string> fields;
+    for (std::string f; in >> f;) fields.push_back(f);
+    if (key.find("/addr/") == std::string::npos || fields.size() != 5) return v;
+    fields[3] = "ringfold-nobody-listens-here";  // ip:port token host unix-name process
+    std::string text = fields[0];
+    for (size_t i = 1; i < fields.size(); ++i) text += " " + fields[i];
     return {text.begin(), text.end()};
   }
 };
@@ -473,7 +476,7 @@ TEST(TcpUringMesh, UnreachableUnixSocketFallsBackToTcp) {
   expectTcpRows(row0, row1, 2);
 }
 
-// The published "ip:port token host unix-name" of `rank`, split at spaces.
+// The published "ip:port token host unix-name process" of `rank`, split at spaces.
 std::vector<std::string> publishedFields(rendezvous::Store& store, const std::string& key) {
   std::istringstream in(store.getString(key, 5s));
   std::vector<std::string> fields;
@@ -504,9 +507,10 @@ TEST(TcpUringMesh, HelloWithoutTheTokenIsDroppedOnTheUnixSocket) {
     ones = tu::connectMesh(store, mine);
   });
   auto fields = publishedFields(store, "pair/addr/1");
-  ASSERT_EQ(fields.size(), 4u);
+  ASSERT_EQ(fields.size(), 5u);
   EXPECT_EQ(fields[2], tu::hostIdentity());
   ASSERT_NE(fields[3], "-");
+  EXPECT_EQ(fields[4], tu::processIdentity());
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::memcpy(a.sun_path + 1, fields[3].data(), fields[3].size());

@@ -9,10 +9,11 @@
 // loopback address; otherwise the interface whose subnet holds the store's address, else the
 // first non-loopback interface that is up, else 127.0.0.1.
 //
-// Mesh: each rank listens on the chosen address and, when it knows its host identity (see
-// hostIdentity), on a Unix-domain stream socket in the abstract namespace under a random name.
-// It publishes "ip:port token host unix-name" under "<prefix>/addr/<rank>" (token: a fresh
-// rendezvous::generateSecret() per mesh; host and unix-name "-" when unknown), and the lower
+// Mesh (mesh.cc): each rank listens on the chosen address and, when it knows its host identity
+// (see hostIdentity), on a Unix-domain stream socket in the abstract namespace under a random
+// name. It publishes "ip:port token host unix-name process" under "<prefix>/addr/<rank>" (token:
+// a fresh rendezvous::generateSecret() per mesh; host, unix-name and process (processIdentity)
+// "-" when unknown or absent), and the lower
 // rank of every pair connects: through the Unix socket when both ranks have the same host
 // identity and RINGFOLD_LOCAL_TRANSPORT is unix (the default), else through TCP. A Unix stream
 // carries the same frames as a TCP one; only the kernel's work per byte differs (no TCP/IP
@@ -22,7 +23,10 @@
 // own token (a process that could not read the store, which only holders of the job secret can,
 // is not a rank of this job), routes it by rank and index, and answers with an Ack carrying its
 // rank and the connector's token, which the connector checks in turn. So both ends know the
-// socket is the right one, of this job, before any data flows.
+// socket is the right one, of this job, before any data flows. Nothing in a hello is believed
+// before its token matches: a stranger's connection (forged hello, garbage, a partial hello,
+// silence) is dropped and counted in a rate-limited log, and cannot end or stall the start-up
+// (mesh.cc says how).
 #pragma once
 
 #include <chrono>
@@ -99,6 +103,11 @@ int autoSocketsPerPeer(const std::string& listenAddress);
 // network namespaces, or on different machines, differ. Empty when /proc does not tell.
 std::string hostIdentity();
 
+// This process as other ranks may check it: "<pid>@<kernel boot id>/<pid namespace>". A peer
+// with the same text after '@' can look the pid up (kill(pid, 0), /proc/<pid>/stat). Empty when
+// /proc does not tell.
+std::string processIdentity();
+
 // Whether `fd` is a Unix-domain socket: TCP's options do not apply, and neither does zero-copy.
 bool isUnixSocket(int fd);
 
@@ -151,13 +160,17 @@ struct MeshOptions {
   std::string listenAddress;
   bool localUnix = true;        // RINGFOLD_LOCAL_TRANSPORT=unix: same-host peers over Unix sockets
   std::string hostId = hostIdentity();
+  std::string processId = processIdentity();
   std::chrono::milliseconds timeout{60000};
 };
 
 // Connects this rank to every other; returns sockets[peer][index] (empty at `rank`): one Unix
 // socket to a peer on this host (see MeshOptions::localUnix), else socketsPerPeer TCP sockets.
 // Blocking mode, options not yet set. Throws IoError naming the first rank that did not publish its
-// address, could not be reached, or never connected within the timeout.
-std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options);
+// address, could not be reached, or never connected within the timeout. With `peerPids`, fills it
+// by rank with each peer's pid where this process can check it (the same kernel and pid namespace,
+// another process), else 0.
+std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options,
+                                             std::vector<int>* peerPids = nullptr);
 
 }  // namespace ringfold::transport::tcp_uring
