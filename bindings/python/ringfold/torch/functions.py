@@ -16,6 +16,9 @@ Contract
   * root_rank is a global rank, also with a process set, as in Horovod.
   * broadcast_object / allgather_object pickle with cloudpickle when it is installed, with
     pickle otherwise; objects travel as uint8 tensors.
+  * Default names: allgather_object uses the object's type name, as Horovod; broadcast_object
+    matches unnamed calls by call order instead (Horovod's type-name default would differ
+    between the root and ranks that pass None).
 """
 import collections.abc
 import io
@@ -80,8 +83,12 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order."""
-    sz_name, t_name = (None, None) if name is None else (name + '.sz', name + '.t')
+    """Returns the list of every rank's `obj`, in rank order. The default name is the object's
+    type name, as in Horovod, so that calls match by name even where the ranks' earlier unnamed
+    calls did not (a rank that joined skipped some)."""
+    if name is None:
+        name = type(obj).__name__
+    sz_name, t_name = name + '.sz', name + '.t'
     payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
     sizes = mpi_ops.allgather(torch.tensor([payload.numel()], dtype=torch.int64), sz_name, process_set)
     gathered = mpi_ops.allgather(payload, t_name, process_set).numpy().tobytes()

@@ -31,9 +31,12 @@ Contract
   * alltoall follows Horovod: splits given as a tensor must be torch.int32; splits that add
     up to less than the first dimension send only those first rows (the rest is ignored, and
     gets a zero gradient); without splits the first dimension must be divisible by the set
-    size. A rank whose own splits are wrong still submits them, so that every rank of the set
-    fails together instead of waiting: that rank raises InvalidArgumentError with the
-    engine's message, the others HorovodInternalError.
+    size. Splits of the wrong count, negative, or adding up to more than the first dimension
+    are refused at once by the library (InvalidArgumentError on that rank; the ranks that did
+    submit wait for it, as in Horovod, until RINGFOLD_STALL_SHUTDOWN_TIME). A first dimension
+    that is not divisible is found in negotiation: every rank of the set fails together, the
+    ranks whose own tensor was wrong with InvalidArgumentError, the others with
+    HorovodInternalError.
   * sparse_allreduce_async returns a callable, as Horovod's does: calling it (or passing it to
     synchronize()) waits and returns the sparse result.
 """
@@ -437,8 +440,8 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 def _alltoall_splits(tensor, splits, process_set):
     """(splits as a list or None, rows to send, whether this rank's arguments are wrong).
     Splits that are not integers raise InvalidArgumentError at once (Horovod: "alltoall expects
-    splits to contain 32-bit integer elements"); the other mistakes are left for the engine,
-    which fails the operation on every rank of the set together (see the module contract)."""
+    splits to contain 32-bit integer elements"); the other mistakes are left to the library and
+    the engine, which name them (see the module contract)."""
     if isinstance(splits, torch.Tensor):
         if splits.dtype != torch.int32:
             raise InvalidArgumentError('alltoall: splits must be a tensor of 32-bit integers (torch.int32), '
