@@ -6,7 +6,7 @@
 
 Each rank runs in its own network namespace (an emulated host: scripts/netns_lib.sh, bridge
 and veths, addresses 10.77.0.x inside namespaces this script makes and removes), started by hand
-with RINGFOLD_RANK/SIZE/STORE_ADDR/STORE_PORT/SECRET and no launcher, and allreduces 64 KiB in a
+with RINGFOLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/STORE_ADDR/STORE_PORT/SECRET and no launcher, and allreduces 64 KiB in a
 loop (fault_worker.py). Once every rank is steady, rank <victim> (the middle rank) is:
 
     kill   SIGKILLed                     (the process is gone: its sockets close)
@@ -15,7 +15,7 @@ loop (fault_worker.py). Once every rank is steady, rank <victim> (the middle ran
     stall  told to stop submitting       (alive and talking, but submits no tensor)
 
 and the script records, for every rank that is still running, the time from the fault to its
-error. Settings: `default` (no timeout variables set) and `timeout5` (RINGFOLD_TIMEOUT=5,
+error (the stalled rank is then told to submit again, and its call must raise). Settings: `default` (no timeout variables set) and `timeout5` (RINGFOLD_TIMEOUT=5,
 RINGFOLD_STALL_SHUTDOWN_TIME=5). A rank that has no error after --cap seconds counts as hung.
 Prints a Markdown table (median and max over trials of the slowest rank) and each message.
 Needs root, the build's python-site (scripts/python_package.sh) and the plain venv
@@ -62,12 +62,13 @@ def start_ranks(n, python, site, env_extra, port, stall_rank):
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(('RINGFOLD_', 'HOROVOD_', 'OMPI_', 'SLURM_'))}
         env.update(PYTHONPATH=site, RINGFOLD_RANK=str(r), RINGFOLD_SIZE=str(n),
+                   RINGFOLD_LOCAL_RANK='0', RINGFOLD_LOCAL_SIZE='1',
                    RINGFOLD_STORE_ADDR='10.77.0.1', RINGFOLD_STORE_PORT=str(port),
                    RINGFOLD_SECRET=secret, FAULT_STALL_RANK=str(stall_rank))
         env.update(env_extra)
         cmd = ['ip', 'netns', 'exec', '%s%d' % (PREFIX, r), python,
                os.path.join(ROOT, 'bench', 'fault', 'fault_worker.py')]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, bufsize=1))
     return procs
 
@@ -97,7 +98,8 @@ def trial(n, fault, setting, python, site, cap, port):
         steady = read_lines(procs, time.time() + 60, lambda ls: all(
             any(t.startswith('STEADY') for _, t in ls[r]) for r in ls))
         if not all(any(t.startswith('STEADY') for _, t in steady[r]) for r in steady):
-            raise RuntimeError('the job did not start: %r' % steady)
+            raise RuntimeError('the job did not start:\n' + '\n'.join(
+                '%d: %s' % (r, t) for r in steady for _, t in steady[r][-5:]))
         time.sleep(0.5)
         t0 = time.time()
         if fault == 'kill':
@@ -108,15 +110,24 @@ def trial(n, fault, setting, python, site, cap, port):
             subprocess.run(['ip', '-n', '%s%d' % (PREFIX, victim), 'link', 'set',
                             '%sv%d' % (PREFIX, victim), 'down'], check=True)
         # stall: the victim has already stopped submitting after STEADY; t0 is ~0.5 s late.
-        live = [r for r in range(n) if not (r == victim and fault in ('kill', 'stop'))]
+        live = [r for r in range(n) if r != victim or fault == 'cut']
         lines = read_lines(procs, t0 + cap, lambda ls: all(
             any(t.startswith('ERROR') for _, t in ls[r]) for r in live))
+        if fault == 'stall':    # the stalled rank submits again: its call must fail at once
+            procs[victim].stdin.write('go\n')
+            procs[victim].stdin.flush()
+            live.append(victim)
+            lines2 = read_lines(procs, time.time() + 30, lambda ls: any(
+                t.startswith('ERROR') for _, t in ls[victim]))
+            lines[victim] += lines2[victim]
         result = {}
         for r in live:
             err = [t for _, t in lines[r] if t.startswith('ERROR')]
             if err:
                 _, _, when, text = err[0].split(' ', 3)
                 result[r] = (float(when) - t0, text)
+                if fault == 'stall' and r == victim:   # not a detection time: it slept till told
+                    result[r] = (0.0, '(at its next call) ' + text)
             else:
                 result[r] = (None, 'no error within %d s' % cap)
         return result

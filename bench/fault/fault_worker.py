@@ -4,8 +4,9 @@ Started by hand in its own network namespace with ringfold's RINGFOLD_* names (n
 that no launcher's own failure detection is measured). Prints, flushed:
     STEADY <rank>                     after its first 20 allreduces
     ERROR <rank> <unix time> <text>   when an allreduce raised (then exits 1)
-With FAULT_STALL_RANK=<r>, rank r stops submitting after STEADY and sleeps (alive, silent
-to the engine): the case a stall shutdown ends.
+With FAULT_STALL_RANK=<r>, rank r stops submitting after STEADY (alive, silent to the engine:
+the case a stall shutdown ends) until a line arrives on its standard input, then submits again,
+which must raise at once.
 """
 import os
 import sys
@@ -27,7 +28,7 @@ try:
         if step == 20:
             print('STEADY %d' % rank, flush=True)
             if rank == stall_rank:
-                time.sleep(3600)
+                sys.stdin.readline()
 except Exception as e:  # noqa: BLE001 - every engine error is what this measures
     text = ' '.join(str(e).split())
     print('ERROR %d %.6f %s: %s' % (rank, time.time(), type(e).__name__, text), flush=True)
