@@ -97,3 +97,28 @@ def test_unsupported_dtype_is_a_value_error():
 def test_barrier_and_join():
     rf.barrier()
     assert rf.join() in range(rf.size())
+
+
+def test_broadcast_root_rank_is_global_in_a_process_set():
+    """As Horovod: root_rank names a global rank also within a process set."""
+    if rf.size() < 2:
+        pytest.skip('needs 2 ranks')
+    ps = rf.add_process_set(list(range(1, rf.size())))
+    try:
+        if ps.included():
+            root = rf.size() - 1
+            out = rf.broadcast(np.full(3, rf.rank(), dtype=np.int32), root_rank=root, process_set=ps)
+            assert out.tolist() == [root] * 3
+            with pytest.raises(ValueError, match='root rank 0 is not in process set'):
+                rf.broadcast(np.zeros(1), root_rank=0, process_set=ps)
+        rf.barrier()
+    finally:
+        rf.remove_process_set(ps)
+
+
+def test_argument_errors_are_value_errors():
+    first = rf.allreduce_async(np.ones(2), name='np_dup')
+    with pytest.raises(rf.InvalidArgumentError, match='already in flight'):
+        rf.allreduce_async(np.ones(2), name='np_dup')
+    rf.synchronize(first)
+    assert issubclass(rf.InvalidArgumentError, ValueError)
