@@ -31,6 +31,7 @@ from ringfold.torch.functions import (broadcast_parameters, broadcast_optimizer_
 from ringfold.torch.optimizer import DistributedOptimizer
 from ringfold.torch.sync_batch_norm import SyncBatchNorm
 from ringfold import _ops
+from ringfold.torch import mpi_ops
 
 if tuple(int(x) for x in _torch.__version__.split('+')[0].split('.')[:2]) < (2, 1):
     raise ImportError('ringfold.torch needs torch >= 2.1 (found %s)' % _torch.__version__)
@@ -43,3 +44,4 @@ def init(comm=None, process_sets=None):
 def shutdown():
     _shutdown()
     _ops.forget_all()
+    mpi_ops._forget_all()

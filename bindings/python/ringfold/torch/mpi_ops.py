@@ -617,6 +617,12 @@ def synchronize(handle):
     return results
 
 
+def _forget_all():
+    """After shutdown: handles from before it mean nothing (the engine completed or failed them)."""
+    _groups.clear()
+    _invalid_here.clear()
+
+
 def join(device=-1):
     """This rank has no more data: until all ranks joined, the others' allreduces proceed with
     zeros from this rank. Blocks until every rank joined; returns the rank that joined last."""
