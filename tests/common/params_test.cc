@@ -13,7 +13,7 @@ using namespace ringfold;
 TEST(Params, DefaultThenNameThenAlias) {
   unsetenv("RINGFOLD_TIMEOUT");
   unsetenv("HOROVOD_GLOO_TIMEOUT_SECONDS");
-  EXPECT_EQ(params::kTimeout.asInt(), 300);
+  EXPECT_EQ(params::kTimeout.asInt(), 60);
   setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "30", 1);
   EXPECT_EQ(params::kTimeout.asInt(), 30);
   setenv("RINGFOLD_TIMEOUT", "7", 1);
@@ -21,6 +21,28 @@ TEST(Params, DefaultThenNameThenAlias) {
   EXPECT_EQ(params::kTimeout.asSeconds().count(), 7000);
   unsetenv("RINGFOLD_TIMEOUT");
   unsetenv("HOROVOD_GLOO_TIMEOUT_SECONDS");
+}
+
+// No job waits forever with the defaults (docs/reliability.md): a silent peer (frozen, cut off)
+// fails every rank after RINGFOLD_TIMEOUT, 60 s; a tensor some ranks never submit fails on every
+// rank after RINGFOLD_STALL_SHUTDOWN_TIME, 10 minutes (PyTorch's NCCL watchdog), which also
+// stays well above the stall warning (60 s) so one rank may evaluate or checkpoint alone.
+TEST(Params, DefaultsEndEveryHangInBoundedTime) {
+  for (const char* name : {"RINGFOLD_TIMEOUT", "HOROVOD_GLOO_TIMEOUT_SECONDS", "RINGFOLD_STALL_SHUTDOWN_TIME",
+                           "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "RINGFOLD_STALL_CHECK_TIME",
+                           "HOROVOD_STALL_CHECK_TIME_SECONDS"}) {
+    unsetenv(name);
+  }
+  EXPECT_EQ(params::kTimeout.asSeconds().count(), 60 * 1000);
+  EXPECT_EQ(params::kStallShutdownTime.asSeconds().count(), 600 * 1000);
+  EXPECT_EQ(params::kStallCheckTime.asSeconds().count(), 60 * 1000);
+  // Still configurable, under both names; 0 turns the stall shutdown off (Horovod's default).
+  setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", 1);
+  EXPECT_EQ(params::kStallShutdownTime.asSeconds().count(), 0);
+  setenv("RINGFOLD_STALL_SHUTDOWN_TIME", "30", 1);
+  EXPECT_EQ(params::kStallShutdownTime.asSeconds().count(), 30 * 1000);
+  unsetenv("RINGFOLD_STALL_SHUTDOWN_TIME");
+  unsetenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
 }
 
 TEST(Params, BadValueNamesTheVariable) {
