@@ -235,9 +235,10 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
                     "' (every dimension but the first must agree, and there must be at least one): " +
                     byValue(byRank, shapeOf));
       }
-      if (first->op == OpType::kAllgather) {
-        for (const auto& r : byRank) res.firstDims.push_back(r->shape[0]);
-      } else {
+      // Each rank's first dimension: allgather's output, and what alltoall moves in all
+      // (operations.h sizes its out-of-memory check by it).
+      for (const auto& r : byRank) res.firstDims.push_back(r->shape[0]);
+      if (first->op == OpType::kAlltoall) {
         for (int r = 0; r < size_; ++r) {
           const Request& q = *byRank[r];
           std::string problem;

@@ -29,6 +29,21 @@ StatusCode codeOf(const std::exception& e) {
   return StatusCode::kUnknownError;
 }
 
+// This rank's engine stops with `message`: tell every peer now, through each communicator that
+// has not failed already (a failed one carries its own reason), instead of leaving them to wait
+// RINGFOLD_TIMEOUT for a rank that no longer negotiates.
+void abortPeers(std::vector<std::unique_ptr<ProcessSet>>& sets, int rank, const std::string& message) {
+  for (auto& set : sets) {
+    if (!set || !set->included() || set->comm().failed()) continue;
+    try {
+      set->comm().device().abort(transport::ErrorKind::kIo,
+                                 detail::concat("ringfold stopped on rank ", rank, ": ", message));
+    } catch (const std::exception& e) {
+      RF_LOG(kWarning) << "abort failed: " << e.what();
+    }
+  }
+}
+
 }  // namespace
 
 EngineOptions EngineOptions::fromParams() {
@@ -383,6 +398,7 @@ void Engine::loop() {
       go = cycle();
     } catch (const std::exception& e) {
       failAll(codeOf(e), e.what());
+      abortPeers(sets_, rank_, e.what());
       break;
     }
     if (autotuner_) {
@@ -515,6 +531,10 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
       if (auto e = set.take(r.name)) {
         completeError(set.id(), *e, StatusCode::kPreconditionError, r.errorMessage);
       } else {
+        // This rank has not submitted it (a stall shutdown, typically: this rank stopped
+        // submitting). Say so now, in bounded time, and fail its submission when it comes.
+        RF_LOG(kError) << r.errorMessage << " [this rank has not submitted '" << r.name
+                       << "'; when it does, that call fails with this error]";
         set.recordFailure(r);
       }
       continue;

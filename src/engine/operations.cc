@@ -1,7 +1,9 @@
 #include "engine/operations.h"
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <string>
 
@@ -24,13 +26,69 @@ int64_t rowElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-Result allocated(DataType dtype, std::vector<int64_t> shape) {
+// "170.7 MiB (178956971 bytes)"
+std::string sizeText(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (uint64_t{1} << 30)) {
+    std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else if (bytes >= (uint64_t{1} << 20)) {
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    return std::to_string(bytes) + " bytes";
+  }
+  return detail::concat(text, " (", bytes, " bytes)");
+}
+
+std::string tensorText(const Response& r) { return detail::concat(opTypeLowerName(r.op), " '", r.name, "'"); }
+
+// An allocation failure that the members did not agree on (a small batch): it stops the engine
+// on this rank, which then aborts its communicators with this message (engine.h).
+[[noreturn]] void outOfMemory(const Response& r, int globalRank, uint64_t bytes) {
+  RF_THROW(Error, tensorText(r), ": out of memory: rank ", globalRank, " could not allocate ", sizeText(bytes),
+           " (an operation this small is not checked on every rank first, so ringfold stops on this rank)");
+}
+
+// The engine-allocated output of `shape`; on std::bad_alloc, none, and *failed holds its size.
+Result allocated(DataType dtype, std::vector<int64_t> shape, uint64_t* failed) {
   Result res;
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
   res.outputBytes = static_cast<size_t>(elements) * dataTypeSize(dtype);
-  res.output = std::make_unique_for_overwrite<std::byte[]>(res.outputBytes);
   res.shape = std::move(shape);
+  try {
+    res.output = std::make_unique_for_overwrite<std::byte[]>(res.outputBytes);
+  } catch (const std::bad_alloc&) {
+    *failed += res.outputBytes;
+  }
+  return res;
+}
+
+// Grows `buffer` (contents dropped) to `bytes`, freeing the old one first so the peak is the new
+// size; if that fails, tries to get the old size back. False when `bytes` could not be had.
+bool grow(std::unique_ptr<std::byte[]>& buffer, size_t& capacity, size_t bytes) {
+  if (capacity >= bytes) return true;
+  const size_t old = capacity;
+  buffer.reset();
+  capacity = 0;
+  try {
+    buffer = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    capacity = bytes;
+    return true;
+  } catch (const std::bad_alloc&) {
+  }
+  try {
+    if (old > 0) buffer = std::make_unique_for_overwrite<std::byte[]>(old);
+    capacity = old;
+  } catch (const std::bad_alloc&) {
+  }
+  return false;
+}
+
+Result failedResult(const std::string& message) {
+  Result res;
+  res.status = {StatusCode::kUnknownError, message};
   return res;
 }
 
@@ -72,11 +130,13 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
   std::vector<Result> results(members.size());
   switch (head.op) {
     case OpType::kAllreduce:
-      allreduce(comm, members, entries);
+      if (std::string error = allreduce(set, members, entries); !error.empty()) {
+        for (Result& r : results) r = failedResult(error);
+      }
       break;
     case OpType::kAllgather:
       activity(members, transport.c_str());
-      results[0] = allgather(comm, head, *entries[0]);
+      results[0] = allgather(set, head, *entries[0]);
       activityEnd(members);
       break;
     case OpType::kBroadcast: {
@@ -95,12 +155,12 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
     }
     case OpType::kAlltoall:
       activity(members, transport.c_str());
-      results[0] = alltoall(comm, head, *entries[0]);
+      results[0] = alltoall(set, head, *entries[0]);
       activityEnd(members);
       break;
     case OpType::kReducescatter:
       activity(members, transport.c_str());
-      results[0] = reducescatter(comm, head, *entries[0]);
+      results[0] = reducescatter(set, head, *entries[0]);
       activityEnd(members);
       break;
     case OpType::kBarrier:
@@ -117,57 +177,87 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
   return results;
 }
 
-void Operations::allreduce(Communicator& comm, const std::vector<const Response*>& members,
-                           std::vector<std::optional<TensorEntry>>& entries) {
+std::string Operations::agreeOnMemory(ProcessSet& set, const Response& head, size_t fused, uint64_t batchBytes,
+                                      uint64_t failedBytes) {
+  Communicator& comm = set.comm();
+  std::vector<uint64_t> failed(comm.size());
+  ringfold::allgather(comm, {&failedBytes, failed.data(), 1, DataType::kUint64});
+  std::string who;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (failed[r] == 0) continue;
+    who += detail::concat(who.empty() ? "" : ", ", "rank ", set.ranks()[r], " could not allocate ", sizeText(failed[r]));
+  }
+  if (who.empty()) return "";
+  const std::string size =
+      fused > 1 ? detail::concat(" and ", fused - 1, fused == 2 ? " other tensor" : " other tensors", " fused with it, ",
+                                 sizeText(batchBytes), " in all")
+                : " of " + sizeText(batchBytes);
+  return detail::concat(tensorText(head), size, ": out of memory: ", who,
+                        "; the operation failed on every rank, and later operations run as usual");
+}
+
+std::string Operations::allreduce(ProcessSet& set, const std::vector<const Response*>& members,
+                                  std::vector<std::optional<TensorEntry>>& entries) {
+  Communicator& comm = set.comm();
   const Response& head = *members.front();
   const std::string transport = transportActivity(comm, OpType::kAllreduce);
   if (head.device != kCpuDevice) {
     deviceAllreduce(comm, members, entries);
-    return;
+    return "";
   }
   uint64_t total = 0;
   for (const Response* r : members) total += responseBytes(*r);
-  bytesMoved_ += total;
   const size_t es = dataTypeSize(head.dtype);
   if (members.size() == 1 && entries[0]) {
+    bytesMoved_ += total;
     const TensorEntry& e = *entries[0];
     activity(members, transport.c_str());
     ringfold::allreduce(comm, {e.input, e.output, static_cast<size_t>(head.elements), head.dtype,
                                head.reduceOp, head.preScale, head.postScale});
     activityEnd(members);
-    return;
+    return "";
   }
-  // Several tensors, or a joined rank's zeros: through the fusion buffer.
-  if (fusion_.size() < total) {
-    fusion_.clear();
-    fusion_.shrink_to_fit();
-    fusion_.resize(total);
+  // Several tensors, or a joined rank's zeros: through the fusion buffer. Every member runs the
+  // same batches of this set, so whether a fused batch is larger than any the set agreed on
+  // before is the same question everywhere (a joined rank alone in a batch of one is not asked).
+  const bool grown = growFusion(total);
+  uint64_t& agreed = fusionAgreed_[set.id()];
+  if (members.size() > 1 && total >= kAgreeMinBytes && total > agreed) {
+    std::string error = agreeOnMemory(set, head, members.size(), total, grown ? 0 : total);
+    if (!error.empty()) return error;
+    agreed = total;
+  } else if (!grown) {
+    outOfMemory(head, set.ranks()[comm.rank()], total);
   }
+  bytesMoved_ += total;
+  std::byte* fusion = fusion_.get();
   activity(members, "MEMCPY_IN_FUSION_BUFFER");
   size_t offset = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     const size_t bytes = responseBytes(*members[i]);
     if (entries[i]) {
-      if (bytes) std::memcpy(fusion_.data() + offset, entries[i]->input, bytes);
+      if (bytes) std::memcpy(fusion + offset, entries[i]->input, bytes);
     } else {
-      std::memset(fusion_.data() + offset, 0, bytes);
+      std::memset(fusion + offset, 0, bytes);
     }
     offset += bytes;
   }
   activityEnd(members);
   activity(members, transport.c_str());
-  ringfold::allreduce(comm, {fusion_.data(), fusion_.data(), total / es, head.dtype, head.reduceOp,
-                             head.preScale, head.postScale});
+  ringfold::allreduce(comm, {fusion, fusion, total / es, head.dtype, head.reduceOp, head.preScale, head.postScale});
   activityEnd(members);
   activity(members, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     const size_t bytes = responseBytes(*members[i]);
-    if (entries[i] && bytes) std::memcpy(entries[i]->output, fusion_.data() + offset, bytes);
+    if (entries[i] && bytes) std::memcpy(entries[i]->output, fusion + offset, bytes);
     offset += bytes;
   }
   activityEnd(members);
+  return "";
 }
+
+bool Operations::growFusion(size_t bytes) { return grow(fusion_, fusionBytes_, bytes); }
 
 int Operations::localDevice(const std::vector<std::optional<TensorEntry>>& entries, const Response& head) {
   for (const auto& e : entries) {
@@ -205,7 +295,8 @@ void Operations::deviceAllreduce(Communicator& comm, const std::vector<const Res
   activityEnd(members);
 }
 
-Result Operations::allgather(Communicator& comm, const Response& r, const TensorEntry& e) {
+Result Operations::allgather(ProcessSet& set, const Response& r, const TensorEntry& e) {
+  Communicator& comm = set.comm();
   const int64_t row = rowElements(e.request.shape);
   std::vector<size_t> counts;
   int64_t rows = 0;
@@ -215,13 +306,20 @@ Result Operations::allgather(Communicator& comm, const Response& r, const Tensor
   }
   std::vector<int64_t> shape = e.request.shape;
   shape[0] = rows;
-  Result res = allocated(r.dtype, shape);
+  uint64_t failed = 0;
+  Result res = allocated(r.dtype, shape, &failed);
+  if (res.outputBytes >= kAgreeMinBytes) {  // the same output size on every member
+    if (std::string error = agreeOnMemory(set, r, 1, res.outputBytes, failed); !error.empty()) return failedResult(error);
+  } else if (failed) {
+    outOfMemory(r, set.ranks()[comm.rank()], failed);
+  }
   allgatherv(comm, {e.input, res.output.get(), counts, r.dtype});
   bytesMoved_ += res.outputBytes;
   return res;
 }
 
-Result Operations::alltoall(Communicator& comm, const Response& r, const TensorEntry& e) {
+Result Operations::alltoall(ProcessSet& set, const Response& r, const TensorEntry& e) {
+  Communicator& comm = set.comm();
   const int n = comm.size();
   const int64_t row = rowElements(e.request.shape);
   std::vector<size_t> sendRows(n);
@@ -239,39 +337,58 @@ Result Operations::alltoall(Communicator& comm, const Response& r, const TensorE
   }
   std::vector<int64_t> shape = e.request.shape;
   shape[0] = rows;
-  Result res = allocated(r.dtype, shape);
+  uint64_t failed = 0;
+  Result res = allocated(r.dtype, shape, &failed);
+  // What a rank receives differs between ranks; all of them together send the same everywhere
+  // (the coordinator's firstDims), and no rank receives more than that.
+  const uint64_t sent = static_cast<uint64_t>(std::accumulate(r.firstDims.begin(), r.firstDims.end(), int64_t{0})) *
+                        static_cast<uint64_t>(row) * dataTypeSize(r.dtype);
+  if (sent >= kAgreeMinBytes) {
+    if (std::string error = agreeOnMemory(set, r, 1, sent, failed); !error.empty()) return failedResult(error);
+  } else if (failed) {
+    outOfMemory(r, set.ranks()[comm.rank()], failed);
+  }
   ringfold::alltoall(comm, {e.input, res.output.get(), sendCounts, recvCounts, r.dtype});
   for (size_t v : recvRows) res.receivedSplits.push_back(static_cast<int64_t>(v));
   bytesMoved_ += res.outputBytes;
   return res;
 }
 
-Result Operations::reducescatter(Communicator& comm, const Response& r, const TensorEntry& e) {
+Result Operations::reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e) {
+  Communicator& comm = set.comm();
   const int n = comm.size();
   const int64_t rows = r.shape[0];
   const int64_t row = rowElements(r.shape);
   const size_t es = dataTypeSize(r.dtype);
   std::vector<int64_t> shape = r.shape;
   shape[0] = reducescatterRows(rows, comm.rank(), n);
-  Result res = allocated(r.dtype, shape);
+  uint64_t failed = 0;
+  Result res = allocated(r.dtype, shape, &failed);
+  // Uneven splits: equal blocks of maxRows rows, each rank's real rows first and zeros after them.
+  const int64_t maxRows = rows / n + 1;
+  const size_t block = static_cast<size_t>(maxRows * row) * es;
+  if (rows % n != 0 && !grow(staging_, stagingBytes_, block * (n + 1))) failed += block * (n + 1);
+  const uint64_t inputBytes = static_cast<uint64_t>(rows * row) * es;  // the same on every member
+  if (inputBytes >= kAgreeMinBytes) {
+    if (std::string error = agreeOnMemory(set, r, 1, inputBytes, failed); !error.empty()) return failedResult(error);
+  } else if (failed) {
+    outOfMemory(r, set.ranks()[comm.rank()], failed);
+  }
   if (rows % n == 0) {
     reduceScatter(comm, {e.input, res.output.get(), static_cast<size_t>(rows / n * row), r.dtype,
                          r.reduceOp, r.preScale, r.postScale});
   } else {
-    // Equal blocks of maxRows rows, each rank's real rows first and zeros after them.
-    const int64_t maxRows = rows / n + 1;
-    const size_t block = static_cast<size_t>(maxRows * row) * es;
-    staging_.assign(block * (n + 1), std::byte{0});
+    std::byte* staging = staging_.get();
     const auto* in = static_cast<const std::byte*>(e.input);
     int64_t start = 0;
     for (int q = 0; q < n; ++q) {
-      const int64_t mine = reducescatterRows(rows, q, n);
-      std::memcpy(staging_.data() + q * block, in + static_cast<size_t>(start * row) * es,
-                  static_cast<size_t>(mine * row) * es);
-      start += mine;
+      const size_t mine = static_cast<size_t>(reducescatterRows(rows, q, n) * row) * es;
+      std::memcpy(staging + q * block, in + static_cast<size_t>(start * row) * es, mine);
+      std::memset(staging + q * block + mine, 0, block - mine);  // the padding rows
+      start += reducescatterRows(rows, q, n);
     }
-    std::byte* out = staging_.data() + n * block;
-    reduceScatter(comm, {staging_.data(), out, static_cast<size_t>(maxRows * row), r.dtype, r.reduceOp,
+    std::byte* out = staging + n * block;
+    reduceScatter(comm, {staging, out, static_cast<size_t>(maxRows * row), r.dtype, r.reduceOp,
                          r.preScale, r.postScale});
     if (res.outputBytes) std::memcpy(res.output.get(), out, res.outputBytes);
   }

@@ -18,6 +18,15 @@
 //                   row more); uneven splits go through a zero-padded staging buffer, because
 //                   the reduce-scatter collective moves equal blocks.
 //   barrier       : the dissemination barrier.
+// Memory: the buffers an operation needs (an output the engine allocates, the fusion buffer,
+// reducescatter's staging) are allocated before any data moves. When the batch is large
+// (kAgreeMinBytes, reckoned alike on every member from the responses), the members then agree
+// that each of them got its buffers: one allgather of 8 bytes. If a member could not, the batch
+// fails on every member with one message naming the tensor, its size, "out of memory" and the
+// ranks that ran out, and the engine stays usable. A failed allocation in a smaller batch stops
+// the engine on that rank (an Error saying so), which then aborts its communicators so that
+// every peer learns why at once. The fusion buffer is reused, so a fused allreduce checks only
+// when it needs more than its set has agreed before.
 // GPU tensors (device >= 0; allreduce and broadcast) go through DeviceOps (device_ops.h): staged
 // through pinned host memory, folded on the GPU, fused in a device buffer. Each rank uses its own
 // tensors' device (ranks may use different GPU indices); a joined rank uses RINGFOLD_CUDA_DEVICE
@@ -25,8 +34,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/device_ops.h"
@@ -53,12 +65,22 @@ class Operations {
   // Bytes moved by the collectives so far (autotune's measure of throughput).
   uint64_t bytesMoved() const { return bytesMoved_; }
 
+  // Batches of at least this many bytes check that every member allocated its buffers.
+  static constexpr uint64_t kAgreeMinBytes = uint64_t{4} << 20;
+
  private:
-  void allreduce(Communicator& comm, const std::vector<const Response*>& members,
-                 std::vector<std::optional<TensorEntry>>& entries);
-  Result allgather(Communicator& comm, const Response& r, const TensorEntry& e);
-  Result alltoall(Communicator& comm, const Response& r, const TensorEntry& e);
-  Result reducescatter(Communicator& comm, const Response& r, const TensorEntry& e);
+  // Each returns an empty string, or the out-of-memory error every member reports.
+  std::string allreduce(ProcessSet& set, const std::vector<const Response*>& members,
+                        std::vector<std::optional<TensorEntry>>& entries);
+  Result allgather(ProcessSet& set, const Response& r, const TensorEntry& e);
+  Result alltoall(ProcessSet& set, const Response& r, const TensorEntry& e);
+  Result reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e);
+  // The members tell each other how many bytes each failed to allocate (`failedBytes` here) for
+  // the batch headed by `head`, of `batchBytes`; returns the error they all report, or "".
+  std::string agreeOnMemory(ProcessSet& set, const Response& head, size_t fused, uint64_t batchBytes,
+                            uint64_t failedBytes);
+  // Grows the fusion buffer to `bytes`; false (keeping what it had) when that cannot be allocated.
+  bool growFusion(size_t bytes);
   bool tracing() const;
   void activity(const std::vector<const Response*>& members, const char* name);
   void activityEnd(const std::vector<const Response*>& members);
@@ -70,8 +92,11 @@ class Operations {
   Timeline* timeline_;
   int localRank_;
   std::unique_ptr<DeviceOps> deviceOps_;
-  std::vector<std::byte> fusion_;  // grows to the largest batch, then reused
-  std::vector<std::byte> staging_;
+  std::unique_ptr<std::byte[]> fusion_;  // grows to the largest batch, then reused
+  size_t fusionBytes_ = 0;
+  std::unordered_map<int, uint64_t> fusionAgreed_;  // per set: the fused size its members all hold
+  std::unique_ptr<std::byte[]> staging_;
+  size_t stagingBytes_ = 0;
   uint64_t bytesMoved_ = 0;
 };
 

@@ -1,0 +1,169 @@
+// Faults that must end in a clear error on every rank, never in a hang: ranks as processes under
+// the built ringfoldrun (3 ranks on loopback), each calling only the C ABI (c_fault_worker.cc).
+// The driver reads what the ranks print (FAIL / MSG / TIME / DONE lines) and bounds every job
+// with a hard deadline (Subprocess::finish kills it).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "launcher/subprocess.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ringfold::launcher::testing::Finished;
+using ringfold::launcher::testing::run;
+using ringfold::launcher::testing::splitLines;
+using ringfold::launcher::testing::TempDir;
+
+bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+struct Job {
+  Finished finished;
+  std::map<int, std::string> done;                             // rank -> DONE line
+  std::vector<std::string> failures;                           // FAIL lines
+  std::map<std::string, std::map<int, std::string>> messages;  // key -> rank -> text
+  std::map<std::string, std::map<int, double>> times;          // key -> rank -> seconds
+
+  std::string transcript() const { return "stdout:\n" + finished.out + "\nstderr:\n" + finished.err; }
+};
+
+// ringfoldrun -np 3 [launcherArgs...] <worker> <scenario> <dir>
+Job runJob(const std::string& worker, const std::string& scenario, std::vector<std::string> launcherArgs,
+           const std::string& dir, std::chrono::milliseconds deadline) {
+  std::vector<std::string> argv = {RINGFOLDRUN_PATH, "-np", "3"};
+  argv.insert(argv.end(), launcherArgs.begin(), launcherArgs.end());
+  argv.insert(argv.end(), {worker, scenario, dir});
+  Job job;
+  job.finished = run(argv, deadline);
+  const std::regex line(R"(\[(\d+)\]<stdout>:(.*))");
+  const std::regex keyed(R"((MSG|TIME) (\d+) ([\w.]+): (.*))");
+  for (const std::string& l : splitLines(job.finished.out)) {
+    std::smatch m;
+    if (!std::regex_match(l, m, line)) continue;
+    const int rank = std::stoi(m[1]);
+    const std::string body = m[2];
+    std::smatch k;
+    if (body.rfind("FAIL", 0) == 0) {
+      job.failures.push_back(l);
+    } else if (body.rfind("DONE", 0) == 0) {
+      job.done[rank] = body;
+    } else if (std::regex_match(body, k, keyed)) {
+      if (k[1] == "MSG") {
+        job.messages[k[3]][std::stoi(k[2])] = k[4];
+      } else {
+        job.times[k[3]][std::stoi(k[2])] = std::stod(k[4]);
+      }
+    }
+  }
+  return job;
+}
+
+void expectClean(const Job& job) {
+  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
+  EXPECT_EQ(job.finished.exitCode, 0) << job.transcript();
+  for (const auto& f : job.failures) ADD_FAILURE() << f;
+  EXPECT_EQ(job.done.size(), 3u) << job.transcript();
+}
+
+// The message `key`, reported identically by ranks 0, 1 and 2; returns it.
+std::string sameOnEveryRank(const Job& job, const std::string& key) {
+  auto it = job.messages.find(key);
+  if (it == job.messages.end() || it->second.size() != 3) {
+    ADD_FAILURE() << "not every rank reported '" << key << "'\n" << job.transcript();
+    return it == job.messages.end() ? "" : it->second.begin()->second;
+  }
+  for (const auto& [rank, text] : it->second) EXPECT_EQ(text, it->second.at(0)) << key << ": rank " << rank << " differs";
+  return it->second.at(0);
+}
+
+double timeOf(const Job& job, const std::string& key, int rank) {
+  auto it = job.times.find(key);
+  if (it == job.times.end() || !it->second.count(rank)) {
+    ADD_FAILURE() << "rank " << rank << " reported no time '" << key << "'\n" << job.transcript();
+    return -1;
+  }
+  return it->second.at(rank);
+}
+
+// A rank that stays alive but stops submitting (rank 2 never calls 'step'): after
+// RINGFOLD_STALL_SHUTDOWN_TIME every rank gets the error, the idle one too: it logs it while
+// not calling ringfold at all, and its next 'step' fails at once with the same message. The
+// engine then runs on. (Short settings here; the defaults are in params_test.)
+TEST(Faults, RankThatStopsSubmittingFailsEveryRank) {
+  TempDir dir;
+  const Job job = runJob(FAULT_WORKER_PATH, "idle",
+                         {"-x", "RINGFOLD_STALL_SHUTDOWN_TIME=2", "-x", "RINGFOLD_STALL_CHECK_TIME=1"}, dir.path(),
+                         90s);
+  expectClean(job);
+  const std::string why = sameOnEveryRank(job, "stall");
+  EXPECT_TRUE(contains(why, "'step' stalled: ranks 2 never submitted it")) << why;
+  for (int r : {0, 1}) {
+    const double t = timeOf(job, "failed", r);
+    EXPECT_GE(t, 1.5) << "rank " << r;
+    EXPECT_LT(t, 15.0) << "rank " << r;
+  }
+  EXPECT_LT(timeOf(job, "logged", 2), 15.0);
+  EXPECT_LT(timeOf(job, "call", 2), 1.0) << "the idle rank's call should fail at once";
+}
+
+// A rank that runs out of memory for one large operation (RLIMIT_AS on rank 1): that operation
+// fails on every rank with a message naming the tensor, its size, "out of memory" and the rank,
+// and the engine stays usable everywhere (the worker runs collectives between and after).
+TEST(Faults, OutOfMemoryFailsTheOperationOnEveryRankAndTheEngineRunsOn) {
+  TempDir dir;
+  const Job job = runJob(FAULT_WORKER_PATH, "oom", {"-x", "RINGFOLD_FUSION_TENSOR_MAX_BYTES=0"}, dir.path(), 120s);
+  expectClean(job);
+  struct Case {
+    const char* key;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"reducescatter",
+       {"reducescatter 'big.reducescatter' of 512.0 MiB", "out of memory", "rank 1 could not allocate 170.7 MiB"}},
+      {"allgather", {"allgather 'big.allgather' of 120.0 MiB", "out of memory", "rank 1 could not allocate 120.0 MiB"}},
+      {"uneven", {"reducescatter 'uneven.reducescatter' of 96.1 MiB", "rank 1 could not allocate 128.5 MiB"}},
+      {"fused", {"allreduce 'fused.", "and 1 other tensor fused with it, 120.0 MiB", "rank 1 could not allocate 120.0 MiB"}},
+  };
+  for (const Case& c : cases) {
+    const std::string why = sameOnEveryRank(job, c.key);
+    for (const std::string& part : c.parts) EXPECT_TRUE(contains(why, part)) << c.key << ": " << why << " lacks " << part;
+    EXPECT_FALSE(contains(why, "rank 0 could") || contains(why, "rank 2 could")) << why;
+    EXPECT_FALSE(contains(why, "exited or crashed")) << why;
+  }
+  EXPECT_EQ(sameOnEveryRank(job, "fused.b"), sameOnEveryRank(job, "fused"));
+}
+
+// Integer scale factors end to end, as Horovod computes them (truncation toward zero).
+TEST(Faults, IntegerScalingTruncatesAsHorovod) {
+  TempDir dir;
+  expectClean(runJob(FAULT_WORKER_PATH, "scaling", {}, dir.path(), 60s));
+}
+
+// A frozen rank (SIGSTOP, sockets open) with the default settings: the others fail with ABORTED
+// after the default RINGFOLD_TIMEOUT (60 s), naming it, and the job ends. (The old default held
+// the job for 300 s.) Slow by nature: about a minute.
+TEST(Faults, FrozenRankFailsEveryRankWithTheDefaultTimeout) {
+  for (const char* name : {"RINGFOLD_TIMEOUT", "HOROVOD_GLOO_TIMEOUT_SECONDS"}) unsetenv(name);
+  TempDir dir;
+  const Job job = runJob(FAULT_WORKER_PATH, "frozen", {"--grace-period", "30"}, dir.path(), 150s);
+  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
+  EXPECT_NE(job.finished.exitCode, 0) << job.transcript();  // rank 1 was SIGKILLed
+  for (const auto& f : job.failures) ADD_FAILURE() << f;
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(r);
+    EXPECT_TRUE(job.done.count(r)) << job.transcript();
+    const double seconds = timeOf(job, "failed", r);
+    EXPECT_GE(seconds, 55.0);
+    EXPECT_LT(seconds, 100.0);
+    const auto it = job.messages.find("failure." + std::to_string(r));
+    EXPECT_TRUE(it != job.messages.end() && it->second.count(r) && contains(it->second.at(r), "rank 1"))
+        << job.transcript();
+  }
+}
+
+}  // namespace
