@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/params.h"
+#include "launcher/failure_cause.h"
 #include "launcher/rank_environment.h"
 #include "launcher/rank_process.h"
 #include "launcher/remote_rank.h"
@@ -245,13 +246,55 @@ void Job::onRankExit(Rank& r) {
     }
   }
   bool failed = code != 0;
+  if (failed) {
+    // A rank that dies of the signal the launcher sent it was stopped; any other failure is
+    // its own (failure_cause.h), in the order the launcher saw them.
+    const bool stoppedHere = stopping_ && (code == 128 + SIGTERM || code == 128 + SIGKILL ||
+                                           code == 128 + SIGINT || code == 128 + SIGHUP);
+    if (stoppedHere) {
+      r.stopped = true;
+    } else {
+      r.failedSeq = failedCount_++;
+    }
+  }
   if (!failed || stopping_) {
     verbose(what);
     return;
   }
   say(what);
   exitCode_ = code;
+  firstFailed_ = r.slot.rank;
   beginStop(SIGTERM, "");
+}
+
+void Job::reportCause(const OutputForwarder& forwarder) {
+  if (firstFailed_ < 0) return;
+  std::vector<RankOutcome> outcomes;
+  for (const auto& r : ranks_) {
+    ErrorLines e = forwarder.errorLines(r.stdoutSource + 1);
+    outcomes.push_back({r.slot.rank, r.failedSeq, r.stopped || r.running, e.errorLine(), e.raised(),
+                        e.raisedAtNs()});
+  }
+  const int size = static_cast<int>(ranks_.size());
+  const Cause cause = chooseCause(outcomes, size);
+  if (cause.rank < 0) return;
+  std::string victims;
+  int victimCount = 0;
+  for (const auto& o : outcomes) {
+    if (o.rank == cause.rank || (o.failedSeq < 0 && !o.stopped)) continue;
+    if (!blameOf(o.errorLine, o.rank, size).peer) continue;
+    victims += (victimCount++ == 0 ? "" : ", ") + std::to_string(o.rank);
+  }
+  if (cause.rank == firstFailed_ && victimCount == 0) return;  // its exit line said it all
+  size_t at = 0;
+  while (outcomes[at].rank != cause.rank) ++at;  // chooseCause names one of them
+  const RankOutcome& c = outcomes[at];
+  say("the failure started at rank " + std::to_string(cause.rank) +
+      (c.errorLine.empty() ? "" : ": " + c.errorLine) +
+      (victimCount == 0 ? ""
+                        : " (rank" + std::string(victimCount > 1 ? "s " : " ") + victims +
+                              (victimCount > 1 ? " report" : " reports") + " a failed peer)"));
+  if (cause.rule == 1) exitCode_ = exitCodeOf(ranks_[at].status);
 }
 
 bool Job::reapExited() {
@@ -450,6 +493,7 @@ int Job::run() {
   }
   forwarder.stop(kOutputDrain);
   forwarder_ = nullptr;
+  reportCause(forwarder);
   return exitCode_;
 }
 

@@ -21,6 +21,11 @@
 //     255: "lost the connection to host H" with ssh's message) on stderr, then every other
 //     rank is stopped: SIGTERM, and SIGKILL after the grace period. The exit code is that
 //     rank's status, or 128+signal.
+//   * At the end of such a job, when the rank that exited first is not where the failure
+//     started (it reports a failed peer, while another rank raised), or when other ranks report
+//     a failed peer: "ringfoldrun: the failure started at rank R: <its error line> (ranks A, B
+//     report a failed peer)", chosen as failure_cause.h says; the exit code is then rank R's
+//     status if it failed on its own.
 //   * Every signal but SIGKILL is followed by SIGCONT to the same process group (here, or on
 //     the remote host), so a stopped rank (SIGSTOP, SIGTSTP) acts on it at once instead of
 //     holding the job for the whole grace period.
@@ -70,6 +75,8 @@ class Job {
     int stdinFd = -1;       // remote: write end of the ssh client's stdin
     bool started = false;   // local: at once; remote: once its marker arrived
     size_t stdoutSource = 0;  // index of its stdout among the forwarder's sources
+    int failedSeq = -1;     // order among the ranks that failed on their own (failure_cause.h)
+    bool stopped = false;   // died of the signal the launcher sent it
   };
   // What startRanks() needs for each rank: a local environment, or a remote ssh argv + script.
   struct Start {
@@ -86,6 +93,9 @@ class Job {
   // Reaps every rank that has exited; returns false once none is running.
   bool reapExited();
   void onRankExit(Rank& r);
+  // At the end of a failed job: names the rank whose failure came first when that is not the
+  // rank first reported, or when others report a failed peer (failure_cause.h).
+  void reportCause(const OutputForwarder& forwarder);
   void checkStarted(const OutputForwarder& forwarder);
   void signalRank(Rank& r, int sig);
   void beginStop(int sig, const std::string& why);
@@ -103,6 +113,8 @@ class Job {
   bool killed_ = false;
   bool allStarted_ = false;
   int exitCode_ = 0;
+  int failedCount_ = 0;
+  int firstFailed_ = -1;  // the rank whose exit stopped the job
   double startTimeoutSeconds_ = 60;
   std::string nonce_;  // marks a remote rank's start line and the end of its script
   std::chrono::steady_clock::time_point launchedAt_;

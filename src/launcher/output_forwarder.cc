@@ -97,6 +97,11 @@ std::string OutputForwarder::lastLine(size_t source) const {
   return state_[source]->lastLine;
 }
 
+ErrorLines OutputForwarder::errorLines(size_t source) const {
+  std::lock_guard<std::mutex> lock(state_[source]->mutex);
+  return state_[source]->errors;
+}
+
 void OutputForwarder::emit(size_t i, const std::string& text) {
   if (text.empty()) return;
   const Source& src = sources_[i];
@@ -128,6 +133,18 @@ void OutputForwarder::emit(size_t i, const std::string& text) {
     toWrite = &forward;
   }
   if (toWrite->empty()) return;
+  if (src.targetFd == STDERR_FILENO) {  // the rank's error line (failure_cause.h)
+    const int64_t now = nowNs();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    size_t pos = 0;
+    while (pos < toWrite->size()) {
+      size_t nl = toWrite->find('\n', pos);
+      if (nl == std::string::npos) nl = toWrite->size();
+      std::string_view line(toWrite->data() + pos, nl - pos);
+      st.errors.feed(line.substr(std::min(src.prefix.size(), line.size())), now);
+      pos = nl + 1;
+    }
+  }
   size_t lastStart = toWrite->size() >= 2 ? toWrite->rfind('\n', toWrite->size() - 2) : std::string::npos;
   lastStart = lastStart == std::string::npos ? 0 : lastStart + 1;
   lastStart += std::min(src.prefix.size(), toWrite->size() - lastStart);

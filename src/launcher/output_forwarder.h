@@ -21,7 +21,9 @@
 //     Lines before it are forwarded as usual (a chatty login shell on a remote host).
 //   * copyFd: every forwarded line also goes there, without the prefix (--output-filename);
 //     the forwarder closes it.
-// lastLine(i) is the last complete line a source printed (for error messages about ssh).
+// lastLine(i) is the last complete line a source printed (for error messages about ssh);
+// errorLines(i), for a source forwarded to stderr, what it said about how it failed
+// (failure_cause.h).
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "launcher/failure_cause.h"
 
 namespace ringfold::launcher {
 
@@ -73,6 +77,7 @@ class OutputForwarder {
   // steady_clock time (ns since its epoch) at which the handshake arrived; 0 if not yet.
   int64_t startedAtNs(size_t source) const { return state_[source]->startedNs.load(); }
   std::string lastLine(size_t source) const;
+  ErrorLines errorLines(size_t source) const;
   // Whether the source reached end of file (all it wrote has been forwarded).
   bool finished(size_t source) const { return state_[source]->finished.load(); }
 
@@ -82,6 +87,7 @@ class OutputForwarder {
     std::atomic<bool> finished{false};
     mutable std::mutex mutex;
     std::string lastLine;
+    ErrorLines errors;
   };
   void run();
   // Handles the complete lines of source i in `lines` (handshake, copy, last line), then

@@ -219,6 +219,38 @@ TEST(Ringfoldrun, StoppedRankActsOnSigtermWithoutWaitingForTheGracePeriod) {
   EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
 }
 
+// Rank 1 raises (a Python traceback) and is still in its exit handlers when ranks 0 and 2, which
+// failed because of it, exit first: the summary must name rank 1, not the first rank to exit.
+TEST(Ringfoldrun, SummaryNamesTheRankWhereTheFailureStartedNotTheFirstToExit) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string cause =
+      waitForPids(dir, 3) +
+      "printf 'Traceback (most recent call last):\\n  File \"train.py\", line 9, in <module>\\n"
+      "ValueError: boom on rank 1\\n' >&2; touch " + d + "/raised; eval \"$1\"";
+  const std::string victim =
+      waitForPids(dir, 3) + "i=0; while [ ! -e " + d + "/raised ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+      "echo 'ringfold.exceptions.HorovodInternalError: ringfold was shut down (shutdown() was called on "
+      "at least one rank) before this operation ran' >&2; exit 1";
+  for (const char* exitHandlers : {"exec sleep 30", "trap '' TERM; sleep 1; exit 3"}) {
+    SCOPED_TRACE(exitHandlers);
+    for (const char* f : {"raised", "pid.0", "pid.1", "pid.2"}) std::filesystem::remove(d + "/" + f);
+    const std::string script = recordPid(dir) + "if [ $RINGFOLD_RANK = 1 ]; then " + cause + "; else " +
+                               victim + "; fi";
+    Finished f = run(launcher({"-np", "3", "sh", "-c", script, "rank", exitHandlers}), 30s);
+    ASSERT_FALSE(f.timedOut) << f.err;
+    EXPECT_TRUE(std::regex_search(f.err, std::regex("ringfoldrun: rank [02] \\(pid \\d+\\) exited with status 1")))
+        << f.err;
+    // Ranks 0 and 2 report a failed peer (one of them may be stopped before it says so).
+    EXPECT_TRUE(std::regex_search(f.err, std::regex("\nringfoldrun: the failure started at rank 1: ValueError: "
+                                                    "boom on rank 1 \\((ranks 0, 2 report|rank [02] reports) "
+                                                    "a failed peer\\)\n")))
+        << f.err;
+    // The job's exit code is the cause's own status when it exited by itself, else the first.
+    EXPECT_EQ(f.exitCode, std::string(exitHandlers).find("exit 3") != std::string::npos ? 3 : 1) << f.err;
+  }
+}
+
 void expectSignalStopsAll(int sig, int wantExit) {
   TempDir dir;
   Subprocess p(launcher({"-np", "3", "sh", "-c", recordPid(dir) + "exec sleep 60"}));
