@@ -117,8 +117,12 @@ class Library {
 
   std::string autoName(OpType op, int processSet) {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t n = unnamed_[{static_cast<int>(op), processSet}]++;
-    return concat(engine::opTypeLowerName(op), ".noname.", n);
+    // A completed join puts every rank of the set in step again, although the ranks made
+    // different numbers of calls before it: the count restarts there on every rank alike.
+    const uint64_t epoch = engine_ ? engine_->joinsCompleted(processSet) : 0;
+    Unnamed& u = unnamed_[{static_cast<int>(op), processSet}];
+    if (u.epoch != epoch) u = {epoch, 0};
+    return concat(engine::opTypeLowerName(op), ".noname.", u.next++);
   }
 
  private:
@@ -138,7 +142,11 @@ class Library {
   int64_t generation_ = -1;  // the first init is generation 0: its handles are 1, 2, 3, ...
   pid_t pid_ = 0;
   bool dynamic_ = false;
-  std::map<std::pair<int, int>, uint64_t> unnamed_;
+  struct Unnamed {
+    uint64_t epoch = 0;  // Engine::joinsCompleted() of the set when `next` was counted
+    uint64_t next = 0;
+  };
+  std::map<std::pair<int, int>, Unnamed> unnamed_;
 };
 
 Library gLibrary;

@@ -144,7 +144,8 @@ void requireReducible(const TensorArgs& a);
 std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet,
                                     const std::vector<int64_t>& shape);
 void requireOut(const void* p, const char* what);
-// `name`, or "<op>.noname.<n>" counted per (op, process set) since init.
+// `name`, or "<op>.noname.<n>" counted per (op, process set) since init or the set's last
+// completed join.
 std::string nameFor(const char* name, OpType op, int processSet);
 
 // ---- handles --------------------------------------------------------------------------------------

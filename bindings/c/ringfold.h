@@ -50,9 +50,10 @@
  * Tensors
  *   - Collectives are matched across the ranks of a process set by name. A NULL name is
  *     replaced by "<op>.noname.<n>" (op = allreduce, allgather, broadcast, alltoall,
- *     reducescatter), with n counting that op's unnamed calls in that process set since init;
- *     ranks that make their unnamed calls in the same order get the same names. A name may be
- *     reused once its previous operation completed.
+ *     reducescatter), with n counting that op's unnamed calls in that process set since init
+ *     or since the last join completed in that set (ranks that made different numbers of calls
+ *     before a join are in step after it); ranks that make their unnamed calls in the same
+ *     order get the same names. A name may be reused once its previous operation completed.
  *   - shape/ndim describe the tensor (ndim 0: a scalar, shape may then be NULL). Data is dense,
  *     row-major, on the CPU (device = RINGFOLD_CPU_DEVICE) or on a CUDA device (device = its
  *     index, see "GPU tensors" below).
@@ -347,11 +348,12 @@ typedef struct ringfold_op {
 RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
                                   const ringfold_tensor_t* output, int64_t* handle) RINGFOLD_NOEXCEPT;
 
-/* Asks to cancel the operation: it is cancelled only if no rank can be counting on it yet (still
- * queued here, or not yet reported to the coordinator); it then completes with RINGFOLD_ABORTED
- * and the message "cancelled". Otherwise it runs to completion. Cancel it on every rank that
- * submitted it, or the others stall. Returns OK when the request was taken; wait to learn which
- * happened. */
+/* Asks to cancel the operation: it is cancelled only if it has not been agreed yet (still queued
+ * here, not yet reported to the coordinator, or reported while some rank of the process set has
+ * not submitted it: this rank's request is then withdrawn); it then completes with
+ * RINGFOLD_ABORTED and the message "cancelled". An operation every rank already submitted (agreed)
+ * runs to completion. Cancel it on every rank that submitted it, or the others stall. Returns OK
+ * when the request was taken; wait to learn which happened. */
 RINGFOLD_API int ringfold_cancel(int64_t handle) RINGFOLD_NOEXCEPT;
 
 /* ---- completion --------------------------------------------------------------------------- */

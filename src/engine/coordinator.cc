@@ -79,8 +79,34 @@ bool Coordinator::add(const Request& request, Clock::time_point now) {
     joined_[request.rank] = true;
     ++joinedCount_;
     lastJoined_ = request.rank;
+    joinOrder_.push_back(request.rank);
   }
   return inserted;
+}
+
+bool Coordinator::withdraw(int rank, const std::string& name) {
+  RF_ENFORCE(rank >= 0 && rank < size_, "cancel from rank ", rank, " of a set of ", size_);
+  auto it = entries_.find(name);
+  if (it == entries_.end() || !it->second.byRank[rank]) return false;
+  Entry& entry = it->second;
+  const OpType op = entry.byRank[rank]->op;
+  entry.byRank[rank].reset();
+  if (--entry.submitted == 0) {
+    entries_.erase(it);
+    order_.erase(std::find(order_.begin(), order_.end(), name));
+  }
+  if (op == OpType::kJoin && joined_[rank]) {
+    joined_[rank] = false;
+    --joinedCount_;
+    std::erase(joinOrder_, rank);
+    lastJoined_ = joinOrder_.empty() ? -1 : joinOrder_.back();
+  }
+  Response res;
+  res.op = OpType::kCancel;
+  res.name = name;
+  res.root = rank;
+  withdrawn_.push_back(std::move(res));
+  return true;
 }
 
 bool Coordinator::ready(const Entry& entry) const {
@@ -116,7 +142,8 @@ std::vector<Response> Coordinator::takeReady() {
     const Request& any = anyRequest(entry);
     if (isReady[i] && !any.group.empty()) ++groupReady[any.group];
   }
-  std::vector<Response> out;
+  std::vector<Response> out = std::move(withdrawn_);
+  withdrawn_.clear();
   std::vector<std::string> remaining;
   for (size_t i = 0; i < order_.size(); ++i) {
     const std::string& name = order_[i];
@@ -138,6 +165,7 @@ std::vector<Response> Coordinator::takeReady() {
       std::fill(joined_.begin(), joined_.end(), false);
       joinedCount_ = 0;
       lastJoined_ = -1;
+      joinOrder_.clear();
     }
   }
   return out;
@@ -290,6 +318,8 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
       break;
     case OpType::kBarrier:
       break;
+    case OpType::kCancel:  // withdrawals never become entries (withdraw())
+      return fail("'" + name + "': a cancel is not an operation");
   }
   return res;
 }

@@ -14,7 +14,8 @@
 //
 // Stalls: a tensor that some ranks submitted and others did not is *stalled* once it has waited
 // longer than a threshold; stalled() lists it with the missing ranks (for the warning), and
-// failStalled() turns it into an error response (RINGFOLD_STALL_SHUTDOWN_TIME).
+// failStalled() turns it into an error response (RINGFOLD_STALL_SHUTDOWN_TIME). A join is
+// never stalled: it waits, by design, for the ranks that still have data.
 //
 // Pure bookkeeping: no communication, no clock of its own (times are passed in), so it is
 // unit-tested directly.
@@ -41,7 +42,15 @@ class Coordinator {
   // name (negotiation of it starts now). A rank submitting a name twice is a bug in the caller.
   bool add(const Request& request, Clock::time_point now);
 
-  // Responses for everything now ready, in first-submission order (see above).
+  // Withdraws `rank`'s request for `name` (a cancel on that rank), if the coordinator still
+  // holds it, i.e. the tensor has not been released: the other ranks' requests stay (they wait
+  // for this rank again), a join is undone. takeReady() then returns a kCancel response whose
+  // root is `rank`, so that this rank completes its tensor as cancelled. False (nothing
+  // changes) if there is no such request.
+  bool withdraw(int rank, const std::string& name);
+
+  // Responses for everything now ready, in first-submission order (see above), after the
+  // kCancel responses of the withdrawals since the last call.
   std::vector<Response> takeReady();
 
   // True while a tensor (or a join) waits for some ranks: negotiation must keep running.
@@ -79,6 +88,8 @@ class Coordinator {
   std::vector<bool> joined_;
   int joinedCount_ = 0;
   int lastJoined_ = -1;
+  std::vector<int> joinOrder_;         // ranks joined so far, in order (a withdrawn join leaves)
+  std::vector<Response> withdrawn_;  // kCancel responses for the next takeReady()
 };
 
 }  // namespace ringfold::engine

@@ -88,6 +88,7 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topol
   TracedReducer::install(global, timeline_);
   sets_.push_back(std::make_unique<ProcessSet>(0, everyone, std::move(world), size_, options_.cacheCapacity));
   inFlight_.emplace_back();
+  joinsCompleted_.push_back(0);
 
   // Static process sets: every rank must pass the same ones. Agree on a digest first, so that a
   // mismatch is the same clear error on every rank instead of a split that never connects.
@@ -269,6 +270,12 @@ void Engine::cancel(Handle handle) {
   handles_.poll(handle);  // throws InvalidArgument for an unknown handle
   std::lock_guard<std::mutex> lock(mu_);
   cancels_.push_back(handle);
+  if (wakeSoon(Clock::now())) wake_.notify_all();
+}
+
+uint64_t Engine::joinsCompleted(int processSet) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return processSet >= 0 && processSet < static_cast<int>(joinsCompleted_.size()) ? joinsCompleted_[processSet] : 0;
 }
 
 Handle Engine::join(int processSet) {
@@ -463,11 +470,10 @@ bool Engine::cycle() {
 
   for (Handle h : cancels) {
     for (auto& set : sets_) {
-      if (!set) continue;
-      if (auto e = set->takeUnsent(h)) {
-        completeError(set->id(), *e, StatusCode::kAborted, "cancelled");
-        break;
-      }
+      if (!set || !set->included()) continue;
+      bool found = false;
+      if (auto e = set->cancel(h, &found)) completeError(set->id(), *e, StatusCode::kAborted, "cancelled");
+      if (found) break;  // cancelled now, or a withdrawal goes with this cycle's negotiation
     }
   }
 
@@ -540,11 +546,24 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
       continue;
     }
     switch (r.op) {
-      case OpType::kJoin:
+      case OpType::kJoin: {
+        // Every rank of the set is in step again: errors remembered for tensors a rank never
+        // submitted are stale, and unnamed operations count from 0 again (joinsCompleted()).
+        set.forgetFailures();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++joinsCompleted_[set.id()];
+        }
         if (auto e = set.take(r.name)) {
           Result res;
           res.lastJoinedRank = r.lastJoinedRank;
           complete(set.id(), *e, std::move(res));
+        }
+        break;
+      }
+      case OpType::kCancel:  // the coordinator withdrew a rank's request: that rank's cancel won
+        if (r.root == set.rank()) {
+          if (auto e = set.take(r.name)) completeError(set.id(), *e, StatusCode::kAborted, "cancelled");
         }
         break;
       case OpType::kAddProcessSet:
@@ -593,6 +612,7 @@ int Engine::createSet(const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> lock(mu_);
   sets_.push_back(std::move(set));
   inFlight_.emplace_back();
+  joinsCompleted_.push_back(0);
   return id;
 }
 

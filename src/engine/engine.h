@@ -115,12 +115,18 @@ class Engine {
   Handle enqueue(TensorArgs args);
   // A grouped call: the tensors are negotiated and released together.
   std::vector<Handle> enqueueGroup(std::vector<TensorArgs> args);
-  // Asks to cancel `handle`'s operation. Only an operation no rank can be counting on yet is
-  // cancelled: one still queued here, or one this rank has not yet reported to the coordinator
-  // (it was not ready everywhere through the cache either). It then completes with kAborted and
-  // the message "cancelled". Otherwise it runs to completion as if cancel() had not been called.
+  // Asks to cancel `handle`'s operation. Only an operation that has not been agreed yet is
+  // cancelled: one still queued here, one this rank has not reported to the coordinator, or one
+  // it reported that some rank of the set has not submitted yet (the coordinator withdraws this
+  // rank's request at the next cycle; the other ranks that submitted it then wait for this rank
+  // again, so cancel it on every rank that submitted it). It then completes with kAborted and
+  // the message "cancelled". An operation already agreed (every rank submitted it, or it was
+  // ready everywhere through the cache) runs to completion as if cancel() had not been called.
   // Asynchronous: wait on the handle to learn which happened. Unknown handles: InvalidArgument.
   void cancel(Handle handle);
+  // How many joins completed in `processSet` (0 for an unknown set). After a join every rank
+  // of the set is in step, so automatic names of unnamed operations restart from it (C ABI).
+  uint64_t joinsCompleted(int processSet) const;
   Handle join(int processSet = 0);
   Handle barrier(int processSet = 0);
   HandleTable& handles() { return handles_; }
@@ -187,6 +193,7 @@ class Engine {
   // after it); max() when none is waiting.
   std::chrono::steady_clock::time_point wakeAt_ = std::chrono::steady_clock::time_point::max();
   std::vector<std::unordered_set<std::string>> inFlight_;  // per set id
+  std::vector<uint64_t> joinsCompleted_;                   // per set id
   std::vector<std::unique_ptr<ProcessSet>> sets_;           // by id; null once removed
   bool shutdownRequested_ = false;
   std::vector<Handle> cancels_;  // asked for, applied by the engine thread at the next cycle

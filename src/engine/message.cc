@@ -18,6 +18,7 @@ const char* opTypeName(OpType op) {
     case OpType::kReducescatter: return "REDUCESCATTER";
     case OpType::kAddProcessSet: return "ADD_PROCESS_SET";
     case OpType::kRemoveProcessSet: return "REMOVE_PROCESS_SET";
+    case OpType::kCancel: return "CANCEL";
   }
   return "UNKNOWN";
 }
@@ -33,6 +34,7 @@ const char* opTypeLowerName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kAddProcessSet: return "add_process_set";
     case OpType::kRemoveProcessSet: return "remove_process_set";
+    case OpType::kCancel: return "cancel";
   }
   return "unknown";
 }

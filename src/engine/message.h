@@ -36,6 +36,8 @@ enum class OpType : uint8_t {
   kReducescatter = 7,
   kAddProcessSet = 20,     // engine-internal: runs on the global set
   kRemoveProcessSet = 21,  // engine-internal: runs on the global set
+  kCancel = 22,            // engine-internal: a rank withdraws its request for `name` (cancel);
+                           // the response's root is the set rank whose request was withdrawn
 };
 // "ALLREDUCE", "ALLGATHER", ... (Horovod's spelling, used in the timeline and in errors).
 const char* opTypeName(OpType op);

@@ -42,7 +42,15 @@ std::optional<std::string> ProcessSet::takeFailure(const std::string& name) {
 }
 
 void ProcessSet::recordFailure(const Response& response) {
+  if (joining()) return;
   failures_[response.name] = response.errorMessage;
+}
+
+bool ProcessSet::joining() const {
+  for (const auto& [name, e] : pending_) {
+    if (e.request.op == OpType::kJoin) return true;
+  }
+  return false;
 }
 
 TensorEntry* ProcessSet::entry(const std::string& name) {
@@ -59,10 +67,15 @@ std::optional<TensorEntry> ProcessSet::take(const std::string& name) {
   return e;
 }
 
-std::optional<TensorEntry> ProcessSet::takeUnsent(Handle handle) {
+std::optional<TensorEntry> ProcessSet::cancel(Handle handle, bool* found) {
+  *found = false;
   for (const std::string& name : pendingOrder_) {
-    const TensorEntry& e = pending_.at(name);
-    if (e.handle == handle) return e.sent ? std::nullopt : take(name);
+    TensorEntry& e = pending_.at(name);
+    if (e.handle != handle) continue;
+    *found = true;
+    if (!e.sent) return take(name);
+    e.cancelRequested = true;
+    return std::nullopt;
   }
   return std::nullopt;
 }
@@ -89,6 +102,7 @@ CycleResult ProcessSet::negotiate(bool wantShutdown, bool tuned, const Negotiati
   std::unordered_map<std::string, int> groupHits;
   for (const std::string& name : pendingOrder_) {
     const TensorEntry& e = pending_.at(name);
+    if (e.cancelRequested && !e.cancelSent) vec[kFlagCoordinator] = 1;  // a withdrawal to send
     if (e.sent) continue;
     uint32_t slot = 0;
     if (cache_.lookup(e.request, &slot) == ResponseCache::Lookup::kHit && now - e.enqueued < kHitPatience) {
@@ -124,6 +138,14 @@ CycleResult ProcessSet::negotiate(bool wantShutdown, bool tuned, const Negotiati
     std::vector<Request> mine;
     for (const std::string& name : pendingOrder_) {
       TensorEntry& e = pending_.at(name);
+      if (e.cancelRequested && !e.cancelSent) {
+        Request withdrawal;
+        withdrawal.op = OpType::kCancel;
+        withdrawal.name = name;
+        withdrawal.rank = e.request.rank;
+        mine.push_back(std::move(withdrawal));
+        e.cancelSent = true;
+      }
       if (e.sent || fast.count(name)) continue;
       e.sent = true;
       mine.push_back(e.request);
@@ -151,6 +173,10 @@ std::vector<Response> ProcessSet::coordinate(const std::vector<Request>& mine,
       RequestList list = r == 0 ? RequestList{mine} : decodeRequests(gathered[r].data(), gathered[r].size());
       for (Request& req : list.requests) {
         req.rank = r;  // the sender is who the transport says, not what the message claims
+        if (req.op == OpType::kCancel) {
+          coordinator_->withdraw(r, req.name);
+          continue;
+        }
         bool first = coordinator_->add(req, now);
         if (tl) {
           if (first) tl->negotiateStart(req.name, opTypeName(req.op));

@@ -16,7 +16,9 @@
 //      ready everywhere and run now, in slot order, with no trip to the coordinator.
 //   3. Only if flag [1] is set: every member sends the requests it has not sent yet to set rank
 //      0 (the coordinator), which records them (coordinator.h), and broadcasts the responses
-//      for whatever became ready (plus errors for mismatches and stalls).
+//      for whatever became ready (plus errors for mismatches and stalls). A member that cancels
+//      a tensor it already sent sends a withdrawal (a kCancel request, setting flag [1]); if the
+//      tensor was not released yet, a kCancel response tells that member to complete it.
 //   4. Every member updates its cache from the cycle's list (touch hits, then put the
 //      coordinator's responses, in order) so all caches stay identical.
 // A hit that is not ready everywhere within kHitPatience is sent to the coordinator like a miss,
@@ -50,6 +52,8 @@ struct TensorEntry {
   Handle handle = 0;
   std::chrono::steady_clock::time_point enqueued;
   bool sent = false;  // sent to the coordinator
+  bool cancelRequested = false;  // cancel() after it was sent: ask the coordinator to withdraw it
+  bool cancelSent = false;       // that withdrawal was sent
 };
 
 struct NegotiationSettings {
@@ -92,10 +96,19 @@ class ProcessSet {
   // The local entry for a response's name (null if this rank did not submit it, e.g. joined).
   TensorEntry* entry(const std::string& name);
   std::optional<TensorEntry> take(const std::string& name);
-  // The entry of `handle` if it has not been sent to the coordinator (cancellable), else none.
-  std::optional<TensorEntry> takeUnsent(Handle handle);
-  // Remembers an error response for a name this rank has not submitted yet.
+  // Cancels `handle`'s entry, if this set holds it (*found). One not yet sent to the coordinator
+  // is removed and returned (the caller completes it as cancelled). One already sent is marked:
+  // the next negotiation asks the coordinator to withdraw it, and if the tensor has not been
+  // released by then, a kCancel response for this rank follows (the caller completes it then);
+  // otherwise it runs as agreed.
+  std::optional<TensorEntry> cancel(Handle handle, bool* found);
+  // Remembers an error response for a name this rank has not submitted yet, unless this rank
+  // has joined (it will not submit it: the error was about the ranks that did).
   void recordFailure(const Response& response);
+  // After a join completed: every rank is in step again, so earlier remembered errors are stale.
+  void forgetFailures() { failures_.clear(); }
+  // True while this rank has a join pending in this set.
+  bool joining() const;
   // Everything pending, removed (for shutdown and failure).
   std::vector<TensorEntry> takeAll();
 
