@@ -331,6 +331,8 @@ std::vector<Coordinator::Stall> Coordinator::stalled(Clock::time_point now,
     const Entry& entry = entries_.at(name);
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - entry.firstSeen);
     if (waited < olderThan) continue;
+    // A join waits, by design, for ranks that still have data: never a stall (nor in Horovod).
+    if (anyRequest(entry).op == OpType::kJoin) continue;
     std::vector<int> miss = missing(entry);
     if (miss.empty()) continue;  // waiting for its group, not for ranks
     out.push_back({name, anyRequest(entry).op, std::move(miss), waited});

@@ -98,6 +98,34 @@ TEST(NegotiationCoordinator, ReadyOnlyWhenEveryRankSubmitted) {
   EXPECT_FALSE(c.waiting());
 }
 
+// A rank that joined waits, by design, for ranks that still have data (uneven epochs can last
+// long): its join is never a stall (as in Horovod, whose stall inspector never sees joins), with
+// the stall shutdown now on by default. A tensor only some ranks submitted still is one.
+TEST(NegotiationCoordinator, AJoinWaitingForWorkingRanksIsNotAStall) {
+  Coordinator c(3, 3);
+  const auto t0 = Coordinator::Clock::now();
+  Request join = req("__ringfold.join", 0, {});
+  join.op = OpType::kJoin;
+  c.add(join, t0);
+  c.add(req("lonely", 1), t0);
+  const auto later = t0 + std::chrono::seconds(3600);
+  const auto stalls = c.stalled(later, std::chrono::seconds(600));
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].name, "lonely");
+  const auto failed = c.failStalled(later, std::chrono::seconds(600));
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].name, "lonely");
+  // The join still completes once the others join.
+  join.rank = 1;
+  c.add(join, later);
+  join.rank = 2;
+  c.add(join, later);
+  const auto ready = c.takeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].op, OpType::kJoin);
+  EXPECT_FALSE(ready[0].error) << ready[0].errorMessage;
+}
+
 TEST(NegotiationCoordinator, GroupsAreReleasedWhole) {
   Coordinator c(2, 2);
   auto now = Coordinator::Clock::now();
