@@ -538,9 +538,12 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
         completeError(set.id(), *e, StatusCode::kPreconditionError, r.errorMessage);
       } else {
         // This rank has not submitted it (a stall shutdown, typically: this rank stopped
-        // submitting). Say so now, in bounded time, and fail its submission when it comes.
-        RF_LOG(kError) << r.errorMessage << " [this rank has not submitted '" << r.name
-                       << "'; when it does, that call fails with this error]";
+        // submitting). Say so now, in bounded time, and fail its submission when it comes. (A
+        // joined rank will not submit it: the error was about the others.)
+        if (!set.joining()) {
+          RF_LOG(kError) << r.errorMessage << " [this rank has not submitted '" << r.name
+                         << "'; when it does, that call fails with this error]";
+        }
         set.recordFailure(r);
       }
       continue;
