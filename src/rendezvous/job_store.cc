@@ -154,11 +154,12 @@ std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
   h.port = info.storePort;
   h.secret = info.secret;
   h.bindAddr = bindAddr;
-  RF_LOG(kInfo) << "hosting the rendezvous store on " << h.server->address() << ":"
-                << info.storePort << " for " << info.size << " ranks (" << info.source << ")"
-                << (bindAddr.empty() ? " on every interface: the ranks dial " + info.storeAddr +
-                                           ", which is not one of this host's addresses"
-                                     : "");
+  RF_LOG(kInfo) << "hosting the rendezvous store on port " << info.storePort << " for " << info.size
+                << " ranks (" << info.source << "), listening on "
+                << (!bindAddr.empty() ? bindAddr
+                    : parseIp(info.storeAddr)
+                        ? "every interface (the ranks dial " + info.storeAddr + ", not an address of this host)"
+                        : "every interface (the ranks dial the host name " + info.storeAddr + ")");
   return h.server;
 }
 
