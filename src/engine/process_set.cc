@@ -191,8 +191,13 @@ std::vector<Response> ProcessSet::coordinate(const std::vector<Request>& mine,
     if (settings.stallWarning.count() > 0 && now - lastStallWarning_ >= settings.stallWarning) {
       auto stalls = coordinator_->stalled(now, settings.stallWarning);
       if (!stalls.empty()) {
+        const auto shutdownSeconds = settings.stallShutdown.count() / 1000.0;
         RF_LOG(kWarning) << (id_ == 0 ? "" : "process set " + std::to_string(id_) + ": ")
-                         << Coordinator::describeStalls(stalls);
+                         << Coordinator::describeStalls(stalls)
+                         << (settings.stallShutdown.count() > 0
+                                 ? detail::concat("\nA tensor still missing ranks after ", shutdownSeconds,
+                                                  " s (RINGFOLD_STALL_SHUTDOWN_TIME) fails on every rank.")
+                                 : std::string("\nRINGFOLD_STALL_SHUTDOWN_TIME is 0: they wait forever."));
         lastStallWarning_ = now;
       }
     }
