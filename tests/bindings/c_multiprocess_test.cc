@@ -222,6 +222,13 @@ TEST(CApiMultiprocess, SilentRankTimesOutWithAborted) {
     // rank 0 times out on its ring predecessor rank 2, itself stuck behind rank 1, rank 2's
     // WAITING notice has told it so (transport/tcp_uring/frame.h).
     EXPECT_TRUE(contains(o.message, "rank 1 sent nothing")) << o.message;
+    // Measured from the last bytes rank 1 sent (just before this allreduce began), by the rank
+    // that waited on it: not from start-up on a rank that never hears from rank 1 directly.
+    const auto at = o.message.find(" for ", o.message.find("rank 1 sent nothing"));
+    ASSERT_NE(at, std::string::npos) << o.message;
+    EXPECT_LT(std::atof(o.message.c_str() + at + 5), o.seconds + 1.0) << o.message;
+    // Same host: the process is looked up.
+    EXPECT_TRUE(contains(o.message, ") is stopped (SIGSTOP")) << o.message;
   }
 }
 

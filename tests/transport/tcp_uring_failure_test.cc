@@ -338,6 +338,64 @@ TEST(TcpUringFailure, TimeoutBlamesTheRankAtTheEndOfAWaitChain) {
       EXPECT_EQ(e.peerRank(), 1) << what;
       EXPECT_NE(what.find("from rank 2: rank 2 is alive but said it had waited"), std::string::npos) << what;
       EXPECT_NE(what.find("for rank 1; rank 1 sent nothing for"), std::string::npos) << what;
+      EXPECT_NE(what.find("s (the time since rank 2 last received anything from rank 1)"), std::string::npos) << what;
+    }
+    done.raise();
+  });
+  expectAllOk(errors);
+}
+
+// The seconds in "... sent nothing for <X> s" of `what`; -1 when absent.
+double silentSeconds(const std::string& what) {
+  const auto at = what.find("sent nothing");
+  if (at == std::string::npos) return -1;
+  const auto forAt = what.find(" for ", at);
+  return forAt == std::string::npos ? -1 : std::atof(what.c_str() + forAt + 5);
+}
+
+// The silence a chain of notices ends at is measured from the last bytes the silent rank sent:
+// rank 1 sends rank 2 one message 1.5 s after start-up and then nothing; rank 2 waits for a
+// second one; rank 0, which never hears from rank 1 at all, times out on rank 2 3 s later. Rank
+// 1 has been silent for about 3 s, not since the connection was set up (about 4.5 s).
+TEST(TcpUringFailure, ChainSilenceIsMeasuredFromTheLastBytesTheSilentRankSent) {
+  EnvGuard env;
+  Flag waiting, done, done2;
+  auto errors = runRanks(3, [&](Rank& me) {
+    Buffer b(64);
+    if (me.rank == 1) {
+      std::this_thread::sleep_for(1500ms);
+      me.to(2).isend(b.region, 0, 8, 1)->wait(10s);
+      done.waitUp(20s);
+      done2.waitUp(20s);  // silent, not gone, until both have timed out
+      return;
+    }
+    if (me.rank == 2) {
+      me.to(1).irecv(b.region, 0, 8, 1)->wait(10s);
+      waiting.raise();
+      try {
+        me.to(1).irecv(b.region, 0, 8, 2)->wait(4s);
+        ADD_FAILURE() << "expected IoError";
+      } catch (const IoError& e) {
+        EXPECT_EQ(e.peerRank(), 1) << e.what();
+        const double x = silentSeconds(e.what());
+        EXPECT_GT(x, 3.5) << e.what();
+        EXPECT_LT(x, 4.6) << e.what();  // the 4 s it waited
+      }
+      done2.raise();
+      return;
+    }
+    ASSERT_TRUE(waiting.waitUp());
+    try {
+      me.to(2).irecv(b.region, 0, 8, 1)->wait(3s);  // rank 2's notice comes at 2 s
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.peerRank(), 1) << what;
+      EXPECT_NE(what.find("rank 1 sent nothing for"), std::string::npos) << what;
+      EXPECT_NE(what.find("(the time since rank 2 last received anything from rank 1)"), std::string::npos) << what;
+      const double x = silentSeconds(what);
+      EXPECT_GT(x, 2.5) << what;
+      EXPECT_LT(x, 3.8) << what;
     }
     done.raise();
   });

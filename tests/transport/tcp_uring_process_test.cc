@@ -3,11 +3,15 @@
 // Each child reports one line through a pipe, then (in the failure tests) lingers with its
 // sockets open so that the parent, not a closing socket, decides when it ends.
 #include <linux/filter.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include "rendezvous/file_store.h"
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
+#include "transport/tcp_uring/socket.h"
 
 namespace ringfold::test {
 namespace {
@@ -225,6 +230,13 @@ void victimScenario(bool freeze, const char* local) {
     EXPECT_NE(c.report.find("rank 2"), std::string::npos) << c.report;
     if (freeze) {
       EXPECT_NE(c.report.find("timed out"), std::string::npos) << c.report;
+      EXPECT_NE(c.report.find("the process of rank 2 (pid " + std::to_string(job.child(2).pid) + ") is stopped"),
+                std::string::npos)
+          << c.report;
+    } else {
+      EXPECT_NE(c.report.find("the process of rank 2 (pid " + std::to_string(job.child(2).pid) + ") exited"),
+                std::string::npos)
+          << c.report;
     }
     std::cout << "rank " << r << " after " << (freeze ? "SIGSTOP" : "SIGKILL") << ": " << c.report << "\n";
     double after = std::chrono::duration<double>(c.reportedAt - hit).count();
@@ -275,6 +287,192 @@ TEST(TcpUringProcesses, IoUringForbiddenIsExplained) {
   EXPECT_EQ(got.rfind("Error ", 0), 0u) << got;
   EXPECT_NE(got.find("io_uring is forbidden"), std::string::npos) << got;
   EXPECT_NE(got.find("RINGFOLD_TRANSPORT=loopback"), std::string::npos) << got;
+}
+
+// ---- a connection that goes down while the peer's process lives on, or after it exited ----------
+
+enum class Cut { kReset, kClose, kExit };
+
+// Rank 1 is a forked process holding a plain mesh socket (connectMesh, no device); rank 0, here,
+// has a device and waits for a message rank 1 never sends. Rank 1 then resets its connection
+// (SO_LINGER 0) or closes it and lives on, or exits; rank 0's error must say which, naming rank
+// 1's pid: only a process that is gone "exited".
+std::string cutScenario(Cut cut) {
+  EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "1"}, {"RINGFOLD_TIMEOUT", "10"}};
+  char tmpl[] = "/tmp/rf_cut_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  int go[2];
+  if (pipe(go) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(go[1]);
+    alarm(60);
+    try {
+      rendezvous::FileStore store(dir);
+      transport::tcp_uring::MeshOptions o;
+      o.prefix = "c";
+      o.rank = 1;
+      o.size = 2;
+      o.listenAddress = "127.0.0.1";
+      o.localUnix = false;
+      o.timeout = 20s;
+      auto mesh = transport::tcp_uring::connectMesh(store, o);
+      char byte;
+      (void)!read(go[0], &byte, 1);
+      if (cut == Cut::kExit) _exit(0);
+      int fd = mesh[0][0].release();
+      if (cut == Cut::kReset) {
+        linger l{1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      }
+      close(fd);
+      pause();  // alive until killed
+    } catch (...) {
+    }
+    _exit(1);
+  }
+  close(go[0]);
+  std::string what = "no error";
+  try {
+    rendezvous::FileStore store(dir);
+    auto device = transport::createDevice("tcp_uring");
+    auto peers = device->connectAll(store, "c", 0, 2, 20s);
+    std::vector<uint8_t> buf(8);
+    PlainMemoryRegion region(buf.data(), buf.size());
+    auto r = peers[1]->irecv(region, 0, 8, 1);
+    (void)!write(go[1], "g", 1);
+    r->wait(10s);
+  } catch (const IoError& e) {
+    what = e.what();
+    if (e.peerRank() != 1) what += " [peerRank " + std::to_string(e.peerRank()) + "]";
+  } catch (const std::exception& e) {
+    what = std::string("unexpected: ") + e.what();
+  }
+  close(go[1]);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return what + " {pid " + std::to_string(pid) + "}";
+}
+
+TEST(TcpUringProcesses, ResetWhileThePeerLivesIsNotCalledAnExit) {
+  const std::string what = cutScenario(Cut::kReset);
+  const std::string pid = what.substr(what.rfind("{pid ") + 5, what.size() - what.rfind("{pid ") - 6);
+  EXPECT_NE(what.find("connection to rank 1 reset"), std::string::npos) << what;
+  EXPECT_NE(what.find("the process of rank 1 (pid " + pid + ") is still running"), std::string::npos) << what;
+  EXPECT_NE(what.find("cut the connection"), std::string::npos) << what;
+  EXPECT_EQ(what.find("exited"), std::string::npos) << what;
+}
+
+TEST(TcpUringProcesses, CloseWhileThePeerLivesIsNotCalledAnExit) {
+  const std::string what = cutScenario(Cut::kClose);
+  EXPECT_NE(what.find("connection to rank 1 closed"), std::string::npos) << what;
+  EXPECT_NE(what.find("is still running"), std::string::npos) << what;
+  EXPECT_EQ(what.find("exited"), std::string::npos) << what;
+}
+
+// The exited process is not reaped yet (a zombie) when rank 0 sees the connection close.
+TEST(TcpUringProcesses, PeerThatExitedIsCalledExited) {
+  const std::string what = cutScenario(Cut::kExit);
+  const std::string pid = what.substr(what.rfind("{pid ") + 5, what.size() - what.rfind("{pid ") - 6);
+  EXPECT_NE(what.find("connection to rank 1 closed"), std::string::npos) << what;
+  EXPECT_NE(what.find("the process of rank 1 (pid " + pid + ") exited"), std::string::npos) << what;
+  EXPECT_EQ(what.find("still running"), std::string::npos) << what;
+}
+
+// ---- a link that goes down while both processes live ---------------------------------------------
+
+bool setLoopbackUp(bool up) {
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq r{};
+  std::strcpy(r.ifr_name, "lo");
+  bool ok = s >= 0 && ioctl(s, SIOCGIFFLAGS, &r) == 0;
+  r.ifr_flags = static_cast<short>(up ? (r.ifr_flags | IFF_UP) : (r.ifr_flags & ~IFF_UP));
+  ok = ok && ioctl(s, SIOCSIFFLAGS, &r) == 0;
+  if (s >= 0) close(s);
+  return ok;
+}
+
+// Ranks in a network namespace of their own pass data around a ring over TCP on its loopback
+// interface, which is then set down: every process lives, no packet passes. Each rank's error
+// must say that the host it waits on stopped acknowledging (a network failure), not that a
+// process exited; with 3 ranks, where no peer acknowledges anything, that its own link is down.
+// Needs CAP_SYS_ADMIN for the namespace (skipped otherwise). Returns each rank's error line.
+std::string linkDownScenario(int n) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t island = fork();
+  if (island == 0) {
+    close(fds[0]);
+    alarm(60);
+    auto say = [&](const std::string& text) { (void)!write(fds[1], text.data(), text.size()); };
+    if (unshare(CLONE_NEWNET) != 0 || !setLoopbackUp(true)) {
+      say(std::string("SKIP no network namespace of its own here: ") + std::strerror(errno));
+      _exit(0);
+    }
+    std::string out;
+    {
+      EnvGuard env{{"RINGFOLD_TIMEOUT", "3"}, {"RINGFOLD_SOCKETS_PER_PEER", "1"}};
+      Job job(n);
+      job.start(
+          [n](int rank, transport::Device&, auto& peers, auto& say) {
+            const size_t bytes = 1u << 20;
+            std::vector<uint8_t> out(bytes, static_cast<uint8_t>(rank)), in(bytes);
+            PlainMemoryRegion ro(out.data(), bytes), ri(in.data(), bytes);
+            for (int iter = 0; iter < 100000; ++iter) {
+              auto r = peers[(rank + n - 1) % n]->irecv(ri, 0, bytes, iter);
+              auto w = peers[(rank + 1) % n]->isend(ro, 0, bytes, iter);
+              r->wait(3s);
+              w->wait(3s);
+            }
+            say("finished without noticing");
+          },
+          20s);
+      std::this_thread::sleep_for(2s);  // meshed and exchanging
+      setLoopbackUp(false);
+      std::vector<int> all;
+      for (int r = 0; r < n; ++r) all.push_back(r);
+      job.collect(all, 20s);
+      for (int r = 0; r < n; ++r) out += "rank " + std::to_string(r) + ": " + job.child(r).report + "\n";
+    }
+    say(out);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(island, nullptr, 0);
+  return got;
+}
+
+// Checks each rank's line for `must` (and "exited" nowhere); returns how many lines there were.
+int expectLinkDownLines(const std::string& got, const std::string& must) {
+  std::cout << got;
+  std::istringstream lines(got);
+  int seen = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++seen;
+    EXPECT_NE(line.find("IoError"), std::string::npos) << line;
+    EXPECT_NE(line.find("acknowledg"), std::string::npos) << line;
+    EXPECT_NE(line.find(must), std::string::npos) << line;
+    EXPECT_EQ(line.find("exited"), std::string::npos) << line;
+  }
+  return seen;
+}
+
+TEST(TcpUringProcesses, LinkDownWhileBothLiveIsReportedAsANetworkFailure) {
+  const std::string got = linkDownScenario(2);
+  if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got;
+  EXPECT_EQ(expectLinkDownLines(got, "network"), 2) << got;
+}
+
+TEST(TcpUringProcesses, RankThatNoPeerAcknowledgesSaysItsOwnLinkIsDown) {
+  const std::string got = linkDownScenario(3);
+  if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got;
+  EXPECT_EQ(expectLinkDownLines(got, "own network link is likely down"), 3) << got;
 }
 
 TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false, "tcp"); }

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "transport/tcp_uring/device.h"
+#include "transport/tcp_uring/liveness.h"
 #include "transport/tcp_uring/ring_loop.h"
 
 namespace ringfold::transport::tcp_uring {
@@ -87,7 +88,7 @@ void PeerLink::start() {
 // ---- sending ------------------------------------------------------------------------------
 
 void PeerLink::postSend(RequestState& r) {
-  if (gone_) return engine_.poisonIo(rank_, failure_);
+  if (gone_) return engine_.poisonIo(rank_, failure());
   const Tuning& t = engine_.tuning();
   size_t chunks = 1;
   if (r.length >= t.stripeMinBytes && sockets_.size() > 1) {
@@ -286,11 +287,12 @@ void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
   }
 }
 
-void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited) {
+void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
   // Numbered, and marked with the first message id isend will give out after it (frame.h).
   const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, ++waitingSent_, nextSendId_,
                       waitedOn < 0 ? kNoRank : static_cast<uint64_t>(waitedOn), 0,
-                      static_cast<uint64_t>(waited.count()), 0, 0};
+                      static_cast<uint64_t>(waited.count()), static_cast<uint64_t>(std::max<int64_t>(silent.count(), 0)),
+                      0};
   for (auto& s : sockets_) {
     if (queueControl(*s, h, {})) return;  // one socket is enough
   }
@@ -353,6 +355,7 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
     return;
   }
   lastHeard_ = std::chrono::steady_clock::now();
+  heardAny_ = true;
   if (!direct) {
     s.end += static_cast<size_t>(res);
     parse(s);
@@ -380,16 +383,37 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
 void PeerLink::onSocketDown(SocketState& s, int res) {
   s.down = true;
   bool midFrame = s.direct != nullptr || s.begin != s.end || s.stalled;
-  if (failure_.empty()) {
-    const char* what = res == 0 ? "closed" : (res == -ECONNRESET ? "reset" : "failed");
-    failure_ = detail::concat("connection to rank ", rank_, " ", what,
-                              res < 0 ? detail::concat(" (", std::strerror(-res), ")") : std::string(),
-                              midFrame ? " in the middle of a message" : "", " (socket ", s.index, " of ",
-                              sockets_.size(), "): the process of rank ", rank_, " exited or crashed");
+  if (downRes_ == 1) {  // the first: what the error will say (failure())
+    downRes_ = res;
+    downSocket_ = s.index;
+    downMidFrame_ = midFrame;
   }
   bool all = std::all_of(sockets_.begin(), sockets_.end(), [](auto& x) { return x->down; });
   if (res < 0 || all || midFrame) gone_ = true;
-  if (midFrame || (gone_ && hasPendingWork())) engine_.poisonIo(rank_, failure_);
+  if (midFrame || (gone_ && hasPendingWork())) engine_.poisonIo(rank_, failure());
+}
+
+// Built when a request fails, not when a socket closes: a peer that finished closes its sockets
+// at every job's end, and looking its process up may take a moment (liveness.h).
+const std::string& PeerLink::failure() {
+  if (failure_.empty()) {
+    failure_ = connectionDownText(rank_, downRes_ == 1 ? 0 : downRes_, downMidFrame_, downSocket_, sockets_.size(),
+                                  pid_);
+  }
+  return failure_;
+}
+
+PeerLink::Unacknowledged PeerLink::unacknowledged() const {
+  Unacknowledged out;
+  for (auto& s : sockets_) {
+    if (!s->sock.valid()) continue;
+    const TcpSilence t = tcpSilence(s->sock.fd());
+    if (!t.unacknowledged) continue;
+    out.any = true;
+    out.retransmits = std::max(out.retransmits, t.retransmits);
+    out.sinceAck = std::max(out.sinceAck, std::chrono::milliseconds(t.sinceAckMs));
+  }
+  return out;
 }
 
 bool PeerLink::hasPendingWork() const {
@@ -432,7 +456,10 @@ void PeerLink::parse(SocketState& s) {
       if (h.seq <= waitingSeen_) continue;  // overtaken on another socket by a later one
       waitingSeen_ = h.seq;
       waiting_ = {};
-      if (h.tag != kNoRank) waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total), h.msgId};
+      if (h.tag != kNoRank) {
+        waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total), std::chrono::milliseconds(h.offset),
+                    std::chrono::steady_clock::now(), h.msgId};
+      }
       continue;
     }
     if (h.type != static_cast<uint8_t>(FrameType::kData)) return protocolError(s, "unknown frame type");
@@ -553,7 +580,7 @@ void PeerLink::finishIfComplete(Inbound* m) {
 void PeerLink::postRecv(RequestState& r) {
   auto it = std::find_if(unexpected_.begin(), unexpected_.end(), [&](Inbound* m) { return m->tag == r.tag; });
   if (it == unexpected_.end()) {
-    if (gone_) return engine_.poisonIo(rank_, failure_);
+    if (gone_) return engine_.poisonIo(rank_, failure());
     posted_.push_back(&r);
     return;
   }

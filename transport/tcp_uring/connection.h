@@ -65,6 +65,19 @@ class PeerLink {
   size_t socketCount() const { return sockets_.size(); }
   bool overUnix() const { return overUnix_; }  // a same-host peer joined by Unix sockets
   std::chrono::steady_clock::time_point lastHeard() const { return lastHeard_; }
+  bool heardAny() const { return heardAny_; }  // anything received since the connection was set up
+  // The peer's pid when this process can look it up (same kernel and pid namespace), else 0.
+  void setPid(int pid) { pid_ = pid; }
+  int pid() const { return pid_; }
+  // What the kernel says about data sent to this peer: over TCP, bytes its host has not
+  // acknowledged while being retransmitted (a stopped or busy process's kernel still
+  // acknowledges, so this means the network or the host is down). Unix sockets: never.
+  struct Unacknowledged {
+    bool any = false;
+    unsigned retransmits = 0;
+    std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
+  };
+  Unacknowledged unacknowledged() const;
 
   void start();                        // posts the first staging recvs
   void postSend(RequestState& request);
@@ -77,11 +90,14 @@ class PeerLink {
   bool abortsPending() const;
   // Tells this peer that the local rank has waited `waited` for rank `waitedOn` (a WAITING
   // frame on one socket; see frame.h). Best effort: skipped if no socket can take it.
-  void queueWaiting(int waitedOn, std::chrono::milliseconds waited);
+  // `silent`: how long this rank had then received nothing from `waitedOn`.
+  void queueWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
   // What this peer last said it waits for, as long as no message it sent later has arrived.
   struct WaitingNotice {
     int waitedOn = -1;  // -1: no notice
     std::chrono::milliseconds waited{0};
+    std::chrono::milliseconds silent{0};  // the peer had received nothing from waitedOn for this long
+    std::chrono::steady_clock::time_point receivedAt{};
     uint64_t firstLaterMessage = 0;  // a frame of this message id or later withdraws the notice
   };
   const WaitingNotice& waitingNotice() const { return waiting_; }
@@ -113,6 +129,8 @@ class PeerLink {
   void resumeStalled();
   void protocolError(const SocketState& s, const std::string& what);
   void onSocketDown(SocketState& s, int res);
+  // Why the link failed, for errors: built when first needed (it may look the peer's process up).
+  const std::string& failure();
   bool hasPendingWork() const;
 
   Engine& engine_;
@@ -131,7 +149,12 @@ class PeerLink {
   bool reportCopies_ = false;
   bool stalledAny_ = false;
   bool gone_ = false;          // the peer closed every socket, or reset one
-  std::string failure_;        // why, for requests that still need the peer
+  std::string failure_;        // why, for requests that still need the peer (see failure())
+  int downRes_ = 1;            // the first socket down: its recv result (0 closed, -errno), 1: none
+  uint32_t downSocket_ = 0;
+  bool downMidFrame_ = false;
+  int pid_ = 0;
+  bool heardAny_ = false;
   std::chrono::steady_clock::time_point lastHeard_;
   WaitingNotice waiting_;
   uint32_t waitingSent_ = 0;  // WAITING frames sent to this peer (their number)

@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/params.h"
 #include "transport/tcp_uring/connection.h"
+#include "transport/tcp_uring/liveness.h"
 #include "transport/tcp_uring/memory_region.h"
 #include "transport/tcp_uring/ring_loop.h"
 #include "transport/tcp_uring/socket.h"
@@ -86,7 +87,8 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   o.socketsPerPeer = tuning_.socketsPerPeer;
   o.localUnix = tuning_.localUnix;
   o.timeout = timeout;
-  std::vector<std::vector<Socket>> mesh = connectMesh(store, o);
+  std::vector<int> pids;
+  std::vector<std::vector<Socket>> mesh = connectMesh(store, o, &pids);
   std::vector<PeerLink*> links(size, nullptr);
   peers_.resize(size);
   for (int p = 0; p < size; ++p) {
@@ -95,6 +97,7 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
     uint32_t first = static_cast<uint32_t>(sockets_.size());
     for (size_t i = 0; i < mesh[p].size(); ++i) sockets_.push_back({nullptr, static_cast<uint32_t>(i)});
     peers_[p] = std::make_unique<PeerLink>(*this, p, std::move(mesh[p]), first);
+    peers_[p]->setPid(pids[p]);
     for (size_t i = 0; i < peers_[p]->socketCount(); ++i) sockets_[first + i].peer = peers_[p].get();
     links[p] = peers_[p].get();
   }
@@ -133,7 +136,7 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   bool announced = false;
   for (;;) {
     if (r.done) {
-      if (announced) announceWaiting(-1, {});  // withdrawn: a stale notice would misdirect blame
+      if (announced) announceWaiting(-1, {}, {});  // withdrawn: a stale notice would misdirect blame
       return;
     }
     if (poisoned()) throwPoison();
@@ -154,7 +157,8 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
     if (got) continue;
     if (now >= deadline) break;
     if (now >= noticeAt) {
-      announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
+      announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start),
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - r.peer->lastHeard()));
       announced = true;
       noticeAt = Clock::time_point::max();
       continue;
@@ -166,7 +170,7 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   }
   progress();
   if (r.done) {
-    if (announced) announceWaiting(-1, {});
+    if (announced) announceWaiting(-1, {}, {});
     return;
   }
   if (poisoned()) throwPoison();
@@ -183,9 +187,9 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   throwPoison();
 }
 
-void Engine::announceWaiting(int waitedOn, std::chrono::milliseconds waited) {
+void Engine::announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
   for (auto& p : peers_) {
-    if (p) p->queueWaiting(waitedOn, waited);
+    if (p) p->queueWaiting(waitedOn, waited, silent);
   }
   ring_->submit();
 }
@@ -195,6 +199,7 @@ int Engine::blame(int peer, std::string& what) const {
   // the one at the end of the chain is the one that went silent.
   std::vector<bool> seen(peers_.size(), false);
   int at = peer;
+  int from = -1;  // the rank whose notice named `at`
   for (;;) {
     seen[at] = true;
     const auto& notice = peers_[at]->waitingNotice();
@@ -212,10 +217,66 @@ int Engine::blame(int peer, std::string& what) const {
       what += "the ranks wait for each other in a cycle: they are running different collectives";
       return peer;
     }
+    from = at;
     at = next;
   }
-  what += detail::concat("rank ", at, " sent nothing for ", seconds(Clock::now() - peers_[at]->lastHeard()), " s");
+  what += silence(at, from);
   return at;
+}
+
+std::string Engine::silence(int at, int via) const {
+  const Clock::time_point now = Clock::now();
+  const PeerLink& link = *peers_[at];
+  std::string out;
+  if (via < 0) {
+    // This rank waited on `at` itself: the last bytes it received from it.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(now - link.lastHeard()), " s",
+                         link.heardAny() ? "" : " (nothing at all since the connection was set up)");
+  } else {
+    // Reached through `via`'s notice: what `via` said, aged by the time since it arrived. This
+    // rank may never hear from `at` directly (a ring receives from one neighbour only).
+    const auto& notice = peers_[via]->waitingNotice();
+    const Clock::duration theirs = notice.silent + (now - notice.receivedAt);
+    // The silent rank is named last: ringfoldrun's summary blames the last rank an error names.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
+                         " last received anything from rank ", at, ")");
+  }
+  // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
+  // means the network, or the host, is down (and then perhaps this rank's own link).
+  const PeerLink::Unacknowledged gone = link.unacknowledged();
+  if (gone.any) {
+    bool everyone = true;
+    int others = 0;
+    for (const auto& p : peers_) {
+      if (!p || p.get() == &link) continue;
+      ++others;
+      everyone = everyone && p->unacknowledged().any;
+    }
+    if (others > 0 && everyone) {
+      out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
+                            seconds(gone.sinceAck), " s (", gone.retransmits,
+                            " retransmissions): this rank's own network link is likely down");
+    } else {
+      out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
+                            gone.retransmits, " retransmissions): the network between this rank and rank ", at,
+                            " is down, or its host is");
+    }
+  }
+  const int pid = link.pid();
+  switch (processState(pid)) {
+    case ProcessState::kStopped:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
+      break;
+    case ProcessState::kExited:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
+      break;
+    case ProcessState::kRunning:
+      if (gone.any) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
+      break;
+    case ProcessState::kUnknown:
+      break;
+  }
+  return out;
 }
 
 void Engine::poison(std::exception_ptr error) noexcept {

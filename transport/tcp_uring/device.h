@@ -15,9 +15,11 @@
 // destructor cancels everything and closes the sockets without waiting on dead peers.
 //
 // Blame: a wait that has lasted half its timeout sends every peer a WAITING notice naming the
-// rank it waits for, and withdraws it when the wait ends. A wait that times out on rank P follows
-// P's notice (and the next one's) to the rank that really went silent, so a rank stuck behind a
-// stopped one is not blamed for it.
+// rank it waits for (and how long it has heard nothing from it), and withdraws it when the wait
+// ends. A wait that times out on rank P follows P's notice (and the next one's) to the rank that
+// really went silent, so a rank stuck behind a stopped one is not blamed for it; the silence
+// reported is measured from the last bytes received from that rank, by whichever rank waited on
+// it. A closed or reset connection is called a process exit only when the process is seen gone.
 #pragma once
 
 #include <chrono>
@@ -107,12 +109,17 @@ class Engine {
   bool abortsSent() const;
   bool idle() const { return !anyBusy(); }
   bool idleWithNotifications() const;
-  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`
-  // (-1: the wait is over, forget the last notice).
-  void announceWaiting(int waitedOn, std::chrono::milliseconds waited);
+  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`, from
+  // which it has received nothing for `silent` (-1: the wait is over, forget the last notice).
+  void announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
   // A wait on `peer` timed out: appends to `what` who went silent, following the peers' WAITING
   // notices past ranks that are alive but stuck, and returns the rank to blame.
   int blame(int peer, std::string& what) const;
+  // How long rank `at` has been silent, measured from the last bytes received from it: by this
+  // rank (`via` -1), or by rank `via`, whose notice named it. Adds what the kernel knows: data
+  // its host never acknowledged (a network failure, perhaps this rank's own link), and whether
+  // its process is stopped or gone where this rank can look (liveness.h).
+  std::string silence(int at, int via) const;
 
   Tuning tuning_;
   std::unique_ptr<RingLoop> ring_;

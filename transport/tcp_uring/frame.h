@@ -11,7 +11,8 @@
 //             receiving device.
 //   WAITING : a frame without payload that a rank sends every peer once one of its waits has
 //             lasted half its timeout: `tag` is the rank it waits for, `total` how long it has
-//             waited (ms). A peer that then times out on this rank follows these notices to the
+//             waited (ms), `offset` how long it had then received nothing from that rank (ms). A
+//             peer that then times out on this rank follows these notices to the
 //             rank that actually went silent, instead of blaming a healthy rank that is itself
 //             stuck behind it. A WAITING frame with `tag` kNoRank (sent when the wait ends), or
 //             a frame of any message the sender started after the notice (`msgId` of the notice:

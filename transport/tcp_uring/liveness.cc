@@ -1,0 +1,95 @@
+#include "transport/tcp_uring/liveness.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+
+namespace ringfold::transport::tcp_uring {
+
+namespace {
+
+ProcessState lookUp(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return ProcessState::kExited;  // no such process (reaped)
+  const auto paren = text.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= text.size()) return ProcessState::kUnknown;
+  switch (text[paren + 2]) {
+    case 'Z':
+    case 'X':
+    case 'x':
+      return ProcessState::kExited;
+    case 'T':
+    case 't':
+      return ProcessState::kStopped;
+    default:
+      return ProcessState::kRunning;
+  }
+}
+
+}  // namespace
+
+ProcessState processState(int pid, std::chrono::milliseconds settle) {
+  if (pid <= 0) return ProcessState::kUnknown;
+  const auto until = std::chrono::steady_clock::now() + settle;
+  for (;;) {
+    const ProcessState s = lookUp(pid);
+    if (s != ProcessState::kRunning || std::chrono::steady_clock::now() >= until) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid) {
+  const char* what = res == 0 ? "closed" : (res == -ECONNRESET ? "reset" : "failed");
+  std::string text = detail::concat("connection to rank ", rank, " ", what,
+                                    res < 0 ? detail::concat(" (", std::strerror(-res), ")") : std::string(),
+                                    midFrame ? " in the middle of a message" : "", " (socket ", socket, " of ",
+                                    sockets, ")");
+  const std::string process = pid > 0 ? detail::concat("the process of rank ", rank, " (pid ", pid, ")")
+                                      : detail::concat("the process of rank ", rank);
+  if (res == -ETIMEDOUT || res == -EHOSTUNREACH || res == -ENETUNREACH || res == -ENETDOWN || res == -EHOSTDOWN) {
+    // The kernel gave up on the connection itself: nothing came back from the peer's host.
+    const ProcessState s = processState(pid);
+    return text + detail::concat(": rank ", rank, "'s host stopped acknowledging this rank's data: the network between "
+                                 "them failed, or that host is down",
+                                 s == ProcessState::kRunning || s == ProcessState::kStopped
+                                     ? detail::concat(" (", process, " is still running)")
+                                     : std::string());
+  }
+  switch (processState(pid, std::chrono::milliseconds(500))) {
+    case ProcessState::kExited:
+      return text + ": " + process + " exited";
+    case ProcessState::kRunning:
+    case ProcessState::kStopped:
+      return text + ": " + process + " is still running, so " +
+             (res == 0 ? "it closed its connections (shut ringfold down), or something between them closed this one"
+                       : "something between them cut the connection (a firewall, a proxy, a network failure)");
+    case ProcessState::kUnknown:
+      break;
+  }
+  return text + ": " + process + " exited, or the link to it failed";
+}
+
+TcpSilence tcpSilence(int fd) {
+  TcpSilence out;
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  int domain = 0;
+  socklen_t dlen = sizeof(domain);
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || domain == AF_UNIX) return out;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return out;
+  out.unacknowledged = info.tcpi_unacked > 0 && (info.tcpi_retransmits > 0 || info.tcpi_backoff > 0);
+  out.retransmits = info.tcpi_retransmits;
+  out.sinceAckMs = info.tcpi_last_ack_recv;
+  return out;
+}
+
+}  // namespace ringfold::transport::tcp_uring

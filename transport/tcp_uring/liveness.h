@@ -1,0 +1,38 @@
+// What a tcp_uring rank can find out about a peer that failed it, so that an error names what
+// happened instead of guessing: a closed or reset connection is a process exit only when the
+// process is gone; silence with data the peer's host never acknowledged is a network (or host)
+// failure, not a stopped process, whose kernel still acknowledges.
+//
+// A peer's process can be looked up only on this kernel and in this pid namespace (mesh.cc
+// publishes a process identity; PeerLink::pid() is 0 otherwise, and for ranks that are threads of
+// this process). Everything here is best effort and never throws.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ringfold::transport::tcp_uring {
+
+enum class ProcessState { kUnknown, kRunning, kStopped, kExited };
+
+// The state of process `pid` from /proc/<pid>/stat: kExited when it is gone or a zombie,
+// kStopped when stopped (SIGSTOP) or traced. A process being killed closes its sockets before it
+// becomes a zombie, so after a closed connection the caller passes `settle`: a running process is
+// looked at again until it has exited or `settle` has passed.
+ProcessState processState(int pid, std::chrono::milliseconds settle = std::chrono::milliseconds(0));
+
+// The error text for a connection to `rank` that went down: `res` is the failed receive's result
+// (0: closed, -errno), `pid` the peer's (0: unknown). Names what is known: the process exited,
+// is still running (then the link or something between was cut), or which of the two it may be.
+std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid);
+
+// TCP_INFO of a connected TCP socket: data not acknowledged and being retransmitted.
+struct TcpSilence {
+  bool unacknowledged = false;
+  unsigned retransmits = 0;
+  uint32_t sinceAckMs = 0;  // since the peer's host last acknowledged anything
+};
+TcpSilence tcpSilence(int fd);
+
+}  // namespace ringfold::transport::tcp_uring
