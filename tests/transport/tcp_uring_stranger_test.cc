@@ -204,6 +204,44 @@ TEST_P(MeshWithStranger, MeshFormsAndTheLogStaysShort) {
   std::cout << log;
 }
 
+// A hello with the mesh's token is a rank of this job (it read the store), and its mismatches end
+// the start-up; when it claims the receiving rank's own number (two processes started as the
+// same rank), the message says so instead of naming one rank twice ("rank 1 uses 7, rank 1 uses
+// 1").
+TEST(TcpUringStranger, AuthenticatedHelloClaimingTheSameRankIsNamedApart) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  std::string error;
+  std::thread one([&] {
+    tu::MeshOptions o;
+    o.prefix = "dup";
+    o.rank = 1;
+    o.size = 2;
+    o.listenAddress = "127.0.0.1";
+    o.localUnix = false;
+    o.timeout = 10s;
+    try {
+      tu::connectMesh(store, o);
+      error = "meshed";
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  std::istringstream in(store.getString("dup/addr/1", 10s));
+  std::string endpoint, token;
+  in >> endpoint >> token;
+  const Listening l = listeningOf(store, "dup/addr/1");
+  tu::Socket s = dial(l, false);
+  tu::wire::Hello h{tu::wire::kHelloMagic, 1, 2, 0, 7, 0, {}};
+  ASSERT_EQ(token.size(), sizeof h.token);
+  std::memcpy(h.token, token.data(), sizeof h.token);
+  sendAll(s, &h, sizeof h);
+  one.join();
+  EXPECT_NE(error.find("differs between ranks: another process started as rank 1 uses 7, rank 1 uses 1"),
+            std::string::npos)
+      << error;
+}
+
 INSTANTIATE_TEST_SUITE_P(TcpUringStranger, MeshWithStranger,
                          ::testing::Values(Case{"tcp", 0}, Case{"unix", 0}, Case{"tcp", 200}, Case{"unix", 200}),
                          [](const auto& info) {
