@@ -76,7 +76,7 @@ Blame blameOf(std::string_view line, int self, int size) {
   return b;
 }
 
-Cause chooseCause(const std::vector<RankOutcome>& ranks, int size) {
+Cause chooseCause(const std::vector<RankOutcome>& ranks, int size, int64_t firstFailureNs) {
   std::vector<const RankOutcome*> failed;
   for (const auto& r : ranks) {
     if (r.failedSeq >= 0) failed.push_back(&r);
@@ -86,12 +86,13 @@ Cause chooseCause(const std::vector<RankOutcome>& ranks, int size) {
   for (const RankOutcome* r : failed) {
     if (!blameOf(r->errorLine, r->rank, size).peer) return {r->rank, 1};
   }
-  const RankOutcome* raisedFirst = nullptr;
+  const RankOutcome* raisedLast = nullptr;
   for (const auto& r : ranks) {
     if (!r.stopped || !r.raised || blameOf(r.errorLine, r.rank, size).peer) continue;
-    if (raisedFirst == nullptr || r.raisedAtNs < raisedFirst->raisedAtNs) raisedFirst = &r;
+    if (r.raisedAtNs < firstFailureNs - kRaisedBeforeNs || r.raisedAtNs > firstFailureNs + kRaisedAfterNs) continue;
+    if (raisedLast == nullptr || r.raisedAtNs > raisedLast->raisedAtNs) raisedLast = &r;
   }
-  if (raisedFirst != nullptr) return {raisedFirst->rank, 2};
+  if (raisedLast != nullptr) return {raisedLast->rank, 2};
   if (failed.empty()) return {};
   Blame b = blameOf(failed.front()->errorLine, failed.front()->rank, size);
   if (b.rank >= 0) return {b.rank, 3};

@@ -16,8 +16,9 @@
 //       1. the first rank, in exit order, that failed on its own (exited non-zero or by a signal
 //          before the launcher stopped it) without blaming a peer;
 //       2. else, of the ranks the launcher stopped, the one whose own exception (a Python
-//          traceback that blames no peer) came earliest: it was still exiting when the ranks
-//          it took along had exited;
+//          traceback that blames no peer) came last before the first failed exit (within
+//          kRaisedBefore of it; an older one was handled long ago): it was still exiting when
+//          the ranks it took along had exited;
 //       3. else the peer that the first failed rank blames, if it names one;
 //       4. else the first rank that failed.
 #pragma once
@@ -63,6 +64,9 @@ struct Cause {
   int rank = -1;  // -1: no rank failed
   int rule = 0;   // which of the header's rules chose it (1-4)
 };
-Cause chooseCause(const std::vector<RankOutcome>& ranks, int size);
+inline constexpr int64_t kRaisedBeforeNs = 30'000'000'000;  // rule 2's window before the first exit
+inline constexpr int64_t kRaisedAfterNs = 1'000'000'000;    // ... and after it (output read late)
+// firstFailureNs: when the first failed exit was seen (the clock of raisedAtNs).
+Cause chooseCause(const std::vector<RankOutcome>& ranks, int size, int64_t firstFailureNs);
 
 }  // namespace ringfold::launcher

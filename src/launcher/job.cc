@@ -264,6 +264,7 @@ void Job::onRankExit(Rank& r) {
   say(what);
   exitCode_ = code;
   firstFailed_ = r.slot.rank;
+  firstFailureNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   beginStop(SIGTERM, "");
 }
 
@@ -276,7 +277,7 @@ void Job::reportCause(const OutputForwarder& forwarder) {
                         e.raisedAtNs()});
   }
   const int size = static_cast<int>(ranks_.size());
-  const Cause cause = chooseCause(outcomes, size);
+  const Cause cause = chooseCause(outcomes, size, firstFailureNs_);
   if (cause.rank < 0) return;
   std::string victims;
   int victimCount = 0;

@@ -115,6 +115,7 @@ class Job {
   int exitCode_ = 0;
   int failedCount_ = 0;
   int firstFailed_ = -1;  // the rank whose exit stopped the job
+  int64_t firstFailureNs_ = 0;  // when (steady_clock, as OutputForwarder's times)
   double startTimeoutSeconds_ = 60;
   std::string nonce_;  // marks a remote rank's start line and the end of its script
   std::chrono::steady_clock::time_point launchedAt_;

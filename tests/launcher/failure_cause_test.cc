@@ -43,8 +43,11 @@ TEST(FailureCause, ErrorsThatNameAnotherRankOrAtLeastOneRankBlameAPeer) {
   EXPECT_FALSE(blameOf("my_rank 2 and franks 1", 0, 3).peer);          // not the word "rank"
 }
 
+constexpr int64_t kSecond = 1'000'000'000;
+constexpr int64_t kFirstExit = 1000 * kSecond;  // when the first failed exit was seen
+
 RankOutcome failed(int rank, int seq, const std::string& line, bool raised = false) {
-  return {rank, seq, false, line, raised, raised ? 10 + rank : 0};
+  return {rank, seq, false, line, raised, raised ? kFirstExit - kSecond / 10 : 0};
 }
 RankOutcome stopped(int rank, const std::string& line, bool raised = false, int64_t at = 0) {
   return {rank, -1, true, line, raised, at};
@@ -54,16 +57,28 @@ const char* kShutDown = "HorovodInternalError: ringfold was shut down (shutdown(
 
 TEST(FailureCause, TheRankThatRaisedIsTheCauseNotTheVictimThatExitedFirst) {
   // Rank 1 raised and was still in its exit handlers when ranks 0 and 2 exited.
-  Cause c = chooseCause({failed(0, 0, kShutDown, true), stopped(1, "ValueError: boom", true, 5),
-                         failed(2, 1, kShutDown, true)}, 3);
+  Cause c = chooseCause({failed(0, 0, kShutDown, true), stopped(1, "ValueError: boom", true, kFirstExit - kSecond),
+                         failed(2, 1, kShutDown, true)}, 3, kFirstExit);
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.rule, 2);
+  // Of two stopped ranks that printed an exception, the later one (before the first exit): an
+  // earlier traceback was handled and the rank went on.
+  c = chooseCause({failed(0, 0, kShutDown, true), stopped(1, "KeyError: 'x'", true, kFirstExit - 20 * kSecond),
+                   stopped(2, "ValueError: boom", true, kFirstExit - kSecond / 2)}, 3, kFirstExit);
+  EXPECT_EQ(c.rank, 2);
+  // One long before the first failure is old news: not the cause.
+  c = chooseCause({failed(0, 0, kShutDown, true), stopped(1, "KeyError: 'x'", true, kFirstExit - 300 * kSecond)},
+                  2, kFirstExit);
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.rule, 4);
   // It exited on its own, after a victim: still the cause.
-  c = chooseCause({failed(0, 0, kShutDown, true), failed(1, 1, "ValueError: boom", true), stopped(2, "")}, 3);
+  c = chooseCause({failed(0, 0, kShutDown, true), failed(1, 1, "ValueError: boom", true), stopped(2, "")}, 3,
+                  kFirstExit);
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.rule, 1);
   // A crash without output, the others naming it.
-  c = chooseCause({failed(0, 0, "the process of rank 2 exited or crashed"), stopped(1, ""), failed(2, 1, "")}, 3);
+  c = chooseCause({failed(0, 0, "the process of rank 2 exited or crashed"), stopped(1, ""), failed(2, 1, "")}, 3,
+                  kFirstExit);
   EXPECT_EQ(c.rank, 2);
   EXPECT_EQ(c.rule, 1);
 }
@@ -71,13 +86,13 @@ TEST(FailureCause, TheRankThatRaisedIsTheCauseNotTheVictimThatExitedFirst) {
 TEST(FailureCause, FallsBackToTheBlamedRankThenToTheFirstFailure) {
   // Rank 2 froze: it never failed; the others time out naming it.
   Cause c = chooseCause({failed(0, 0, "rank 2 sent nothing for 60 s"), failed(1, 1, "rank 2 sent nothing for 60 s"),
-                         stopped(2, "")}, 3);
+                         stopped(2, "")}, 3, kFirstExit);
   EXPECT_EQ(c.rank, 2);
   EXPECT_EQ(c.rule, 3);
-  c = chooseCause({failed(0, 1, kShutDown), failed(1, 0, kShutDown), stopped(2, "loading data")}, 3);
+  c = chooseCause({failed(0, 1, kShutDown), failed(1, 0, kShutDown), stopped(2, "loading data")}, 3, kFirstExit);
   EXPECT_EQ(c.rank, 1);
   EXPECT_EQ(c.rule, 4);
-  EXPECT_EQ(chooseCause({stopped(0, ""), stopped(1, "")}, 2).rank, -1);
+  EXPECT_EQ(chooseCause({stopped(0, ""), stopped(1, "")}, 2, kFirstExit).rank, -1);
 }
 
 }  // namespace
