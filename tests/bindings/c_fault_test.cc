@@ -142,6 +142,26 @@ TEST(Faults, OutOfMemoryFailsTheOperationOnEveryRankAndTheEngineRunsOn) {
   EXPECT_EQ(sameOnEveryRank(job, "fused.b"), sameOnEveryRank(job, "fused"));
 }
 
+// Below the size checked on every rank first, a failed allocation stops that rank's engine; it
+// aborts its communicators, so every peer fails at once with its message (not after
+// RINGFOLD_TIMEOUT, nor as "exited or crashed").
+TEST(Faults, SmallAllocationFailureReachesEveryPeerAtOnce) {
+  TempDir dir;
+  const Job job = runJob(FAULT_WORKER_PATH, "oom.small", {}, dir.path(), 60s);
+  expectClean(job);
+  for (int r : {0, 1, 2}) {
+    SCOPED_TRACE(r);
+    const auto it = job.messages.find("failure." + std::to_string(r));
+    ASSERT_TRUE(it != job.messages.end() && it->second.count(r)) << job.transcript();
+    const std::string& why = it->second.at(r);
+    EXPECT_TRUE(contains(why, "allgather 'small.gather': out of memory: rank 1 could not allocate 3.0 MiB")) << why;
+    if (r != 1) {
+      EXPECT_TRUE(contains(why, "ringfold stopped on rank 1")) << why;
+    }
+    EXPECT_LT(timeOf(job, "failed", r), 5.0);
+  }
+}
+
 // Integer scale factors end to end, as Horovod computes them (truncation toward zero).
 TEST(Faults, IntegerScalingTruncatesAsHorovod) {
   TempDir dir;

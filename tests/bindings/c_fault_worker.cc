@@ -18,9 +18,13 @@
 //             spare: a 512 MiB reducescatter, a 120 MiB allgather, an uneven reducescatter whose
 //             staging does not fit and a fused 120 MiB allreduce fail on every rank with one
 //             "out of memory" message; small operations before, between and after them work.
+//   oom.small : rank 1 cannot allocate a 3 MiB allgather output (below the size checked on every
+//             rank first): its engine stops with "out of memory", and every peer gets that
+//             message at once through the aborted communicator.
 //   scaling : integer pre/post scaling as Horovod computes it (truncation toward zero).
 //   frozen  : rank 1 stops (SIGSTOP) with its sockets open; the others fail with ABORTED after
 //             RINGFOLD_TIMEOUT (run with the default), and rank 0 kills it.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -272,6 +276,37 @@ void oom() {
   horovod_shutdown();
 }
 
+// An allocation too small to be checked on every rank first (below the engine's 4 MiB) fails:
+// that rank's engine stops, saying why, and every peer learns it at once (not after
+// RINGFOLD_TIMEOUT, nor as "exited or crashed").
+void oomSmall() {
+  // One arena (a thread's own arena reserves 64 MiB of address space up front, which the limit
+  // below would not see) and large blocks always from mmap: the limit then applies to them.
+  mallopt(M_ARENA_MAX, 1);
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  if (!init()) return;
+  const int r = gRank;
+  smallAllreduce("warmup");
+  std::vector<float> in(size_t{1} << 18, 1.0f);  // 1 MiB per rank: a 3 MiB output
+  if (r == 1) {
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max = addressSpace();
+    CHECK(setrlimit(RLIMIT_AS, &limit) == 0, std::strerror(errno));
+  }
+  const auto start = Clock::now();
+  int64_t h = -1;
+  const int64_t shape[1] = {int64_t{1} << 18};
+  std::string why;
+  int rc = ringfold_allgather_async(in.data(), RINGFOLD_FLOAT32, shape, 1, "small.gather", 0, RINGFOLD_CPU_DEVICE, &h);
+  rc = rc == RINGFOLD_OK ? finish(h, &why) : (why = err(), rc);
+  timing("failed", since(start));
+  CHECK(rc != RINGFOLD_OK, "the allgather succeeded");
+  message("failure." + std::to_string(r), why);
+  // Stay up a moment: a peer that exits now could reach a slower rank before rank 1's abort.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  horovod_shutdown();
+}
+
 // ---- scaling: integer scale factors as Horovod ---------------------------------------------------
 
 void scaling() {
@@ -361,6 +396,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<void()>> scenarios = {
       {"idle", [&] { idle(dir); }},
       {"oom", oom},
+      {"oom.small", oomSmall},
       {"scaling", scaling},
       {"frozen", [&] { frozen(dir); }},
   };
