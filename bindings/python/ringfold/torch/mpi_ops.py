@@ -28,15 +28,12 @@ Contract
     ValueError; engine errors (ranks that disagree, a dead peer, use after shutdown) raise
     HorovodInternalError, a RuntimeError, on every rank for disagreements. Passing something
     that is not a tensor raises ValueError naming the function.
-  * alltoall follows Horovod: splits given as a tensor must be torch.int32; splits that add
-    up to less than the first dimension send only those first rows (the rest is ignored, and
-    gets a zero gradient); without splits the first dimension must be divisible by the set
-    size. Splits of the wrong count, negative, or adding up to more than the first dimension
-    are refused at once by the library (InvalidArgumentError on that rank; the ranks that did
-    submit wait for it, as in Horovod, until RINGFOLD_STALL_SHUTDOWN_TIME). A first dimension
-    that is not divisible is found in negotiation: every rank of the set fails together, the
-    ranks whose own tensor was wrong with InvalidArgumentError, the others with
-    HorovodInternalError.
+  * alltoall as Horovod's: splits in a tensor must be torch.int32; rows past the splits' sum
+    are not sent (and get a zero gradient). Splits of the wrong count, negative or adding up to
+    more than the first dimension are refused at once (InvalidArgumentError on that rank; the
+    others wait, as in Horovod, until RINGFOLD_STALL_SHUTDOWN_TIME). A first dimension not
+    divisible by the set size (no splits) fails in negotiation on every rank together:
+    InvalidArgumentError where the tensor was wrong, HorovodInternalError elsewhere.
   * sparse_allreduce_async returns a callable, as Horovod's does: calling it (or passing it to
     synchronize()) waits and returns the sparse result.
 """
@@ -51,6 +48,7 @@ from ringfold.basics import Average, Sum, Adasum
 from ringfold.exceptions import HorovodInternalError, InvalidArgumentError
 from ringfold.process_sets import _root_in_set, global_process_set
 from ringfold.torch.compression import Compression
+from ringfold.torch.sparse import SparseAllreduceHandle
 
 _REDUCIBLE = {
     torch.uint8: _lib.UINT8, torch.int8: _lib.INT8, torch.int32: _lib.INT32, torch.int64: _lib.INT64,
@@ -188,8 +186,6 @@ class HorovodAllreduce(torch.autograd.Function):
 
 
 def _needs_grad(tensor):
-    """Whether the autograd form applies; anything but a tensor goes on to the dtype check,
-    which names what was passed."""
     return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
 
@@ -218,8 +214,6 @@ def _grouped_allreduce_async(tensors, outputs, finishes, name, op, prescale_fact
     _check_adasum(op)
     if not tensors:
         raise ValueError('grouped_allreduce: the list of tensors is empty')
-    for t in tensors:
-        _require_tensor(t, 'grouped_allreduce')
     srcs = [t.contiguous() for t in tensors]
     codes = [_dtype_code(t, _REDUCIBLE, 'grouped_allreduce') for t in srcs]
     devices = {(t.device.index if t.is_cuda else _lib.CPU_DEVICE) for t in srcs}
@@ -301,34 +295,6 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 postscale_factor, process_set))
 
 
-class _SparseAllreduceHandle:
-    """What sparse_allreduce_async returns: as in Horovod, calling it waits for the allgathers of
-    indices and values and returns the sparse result; poll() and synchronize() take it too."""
-
-    def __init__(self, tensor, indices, values, op, process_set):
-        self._tensor = tensor
-        self._handles = (indices, values)
-        self._op = op
-        self._process_set = process_set
-        self._result = None
-
-    def poll(self):
-        return self._result is not None or all(_ops.poll(h) for h in self._handles)
-
-    def __call__(self):
-        if self._result is None:
-            indices_handle, values_handle = self._handles
-            try:
-                values = synchronize(values_handle)
-            finally:
-                indices = synchronize(indices_handle)
-            if self._op == Average:
-                n = self._process_set.size()
-                values = values / n if values.is_floating_point() else values.div(n, rounding_mode='trunc')
-            self._result = torch.sparse_coo_tensor(indices.t(), values, self._tensor.shape).coalesce()
-        return self._result
-
-
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Horovod's sparse allreduce: allgathers indices and values and returns a callable that
     waits and returns the coalesced sparse sum (divided by the set size for Average)."""
@@ -342,7 +308,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
                               process_set=process_set)
     values = allgather_async(tensor._values(), name=None if name is None else name + '.values',
                              process_set=process_set)
-    return _SparseAllreduceHandle(tensor, indices, values, op, process_set)
+    return SparseAllreduceHandle(tensor, indices, values, op == Average, process_set, synchronize)
 
 
 # ---- allgather ------------------------------------------------------------------------------
@@ -584,7 +550,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 def poll(handle):
     """True when the operation behind the handle completed (synchronize will not block)."""
-    if isinstance(handle, _SparseAllreduceHandle):
+    if isinstance(handle, SparseAllreduceHandle):
         return handle.poll()
     group = _groups.get(handle)
     if group is None:
@@ -595,7 +561,7 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation and returns its output (a list for grouped operations, the
     sparse result for sparse_allreduce_async's callable)."""
-    if isinstance(handle, _SparseAllreduceHandle):
+    if isinstance(handle, SparseAllreduceHandle):
         return handle()
     group = _groups.pop(handle, None)
     if group is None:
