@@ -186,7 +186,19 @@ JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds conne
   }
   RF_ENFORCE(!host.empty(), "no rendezvous store address for ", info.size, " ranks (set ",
              params::kStoreAddr.name, ")");
-  job.store = std::make_unique<TcpStore>(host, info.storePort, info.secret, connectTimeout);
+  try {
+    job.store = std::make_unique<TcpStore>(host, info.storePort, info.secret, connectTimeout);
+  } catch (const TimeoutError& e) {
+    if (info.hostStore) throw;
+    // Say who should have been listening there.
+    const bool external = params::kStoreServer.str() == "external";
+    RF_THROW(TimeoutError, e.what(), " (",
+             external ? std::string(params::kStoreServer.name) +
+                            "=external: a launcher or another process must host it there; no rank does"
+                      : "rank 0 hosts it: is rank 0 running, and does " +
+                            std::string(params::kStoreAddr.name) + " (or the starter's equivalent) name its host?",
+             ")");
+  }
   return job;
 }
 

@@ -132,6 +132,29 @@ TEST(JobStore, ListenAddressFollowsTheStoreAddress) {
   }
 }
 
+// A rank that finds no store says who should have been hosting it.
+TEST(JobStore, StoreNobodyHostsIsNamedWithWhoShouldHostIt) {
+  const int port = freePort();
+  BootstrapInfo info = rankZeroOf(2, 2, "127.0.0.1", port);
+  info.rank = 1;
+  info.hostStore = false;
+  for (const char* server : {"", "external"}) {
+    SCOPED_TRACE(server);
+    if (*server != 0) ::setenv("RINGFOLD_STORE_SERVER", server, 1);
+    try {
+      openJobStore(info, 200ms);
+      ADD_FAILURE() << "no store is listening on port " << port;
+    } catch (const TimeoutError& e) {
+      EXPECT_TRUE(contains(e.what(), "could not connect to the rendezvous store at 127.0.0.1:" + std::to_string(port)))
+          << e.what();
+      EXPECT_TRUE(contains(e.what(), *server != 0 ? "RINGFOLD_STORE_SERVER=external: a launcher or another process"
+                                                  : "rank 0 hosts it: is rank 0 running"))
+          << e.what();
+    }
+    ::unsetenv("RINGFOLD_STORE_SERVER");
+  }
+}
+
 TEST(JobStore, OneProcessIsInMemory) {
   BootstrapInfo info;
   JobStore job = openJobStore(info, 1s);
