@@ -120,6 +120,12 @@ TEST(CApiMultiprocess, JoinWithUnevenWorkReportsTheLastRank) {
   expectClean(runWorkers("join", {}, dir.path()));
 }
 
+// ringfold_cancel of an operation only one rank submitted completes it with ABORTED "cancelled".
+TEST(CApiMultiprocess, CancelOfAnOperationOnlyThisRankSubmitted) {
+  TempDir dir;
+  expectClean(runWorkers("cancel", {}, dir.path()));
+}
+
 TEST(CApiMultiprocess, ShutdownOnOneRankStopsEveryRank) {
   TempDir dir;
   expectClean(runWorkers("shutdown_one", {}, dir.path()));

@@ -439,6 +439,37 @@ void dynamicSets() {
   horovod_shutdown();
 }
 
+// ringfold_cancel on an allreduce only rank 0 submitted, after the engine reported it (the
+// other ranks will never match it): it completes with ABORTED "cancelled" (it used to stay
+// pending for good), and the name is free again; an allreduce that ran is not changed by a late
+// cancel.
+void cancel() {
+  if (!init()) return;
+  float one[4] = {1, 1, 1, 1}, out[4] = {0, 0, 0, 0};
+  if (gRank == 0) {
+    const int64_t h = allreduce(one, out, RINGFOLD_FLOAT32, {4}, "lonely.c", RINGFOLD_OP_SUM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // reported to the coordinator
+    CHECK_OK(ringfold_cancel(h));
+    const int rc = ringfold_wait(h, 10.0);
+    const std::string why = err();
+    if (rc != RINGFOLD_IN_PROGRESS) ringfold_release(h);
+    CHECK(rc == RINGFOLD_ABORTED && why == "cancelled", std::to_string(rc) + " " + why);
+  }
+  int64_t b = -1;
+  CHECK_OK(ringfold_barrier_async(0, &b));  // the others submit "lonely.c" only after the cancel
+  CHECK_OK(finish(b));
+  int64_t h = allreduce(one, out, RINGFOLD_FLOAT32, {4}, "lonely.c", RINGFOLD_OP_SUM);
+  std::string why;
+  CHECK_OK(finish(h, &why));
+  CHECK(out[0] == 3.0f && out[3] == 3.0f, std::to_string(out[0]));
+  h = allreduce(one, out, RINGFOLD_FLOAT32, {4}, "ran.c", RINGFOLD_OP_SUM);
+  CHECK_EQ(ringfold_wait(h, kWait), RINGFOLD_OK);
+  CHECK_OK(ringfold_cancel(h));  // too late: it ran, and stays as it ran
+  CHECK_EQ(ringfold_wait(h, kWait), RINGFOLD_OK);
+  CHECK_OK(ringfold_release(h));
+  horovod_shutdown();
+}
+
 // Rank r runs r + 1 allreduces, then joins; the joined ranks contribute zeros; rank 2 joins last.
 void join() {
   if (!init()) return;
@@ -632,7 +663,7 @@ void badCounts() {
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|shutdown_one|reinit|stall|relayout|killed|stopped|bad_counts [dir]\n",
+    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|cancel|shutdown_one|reinit|stall|relayout|killed|stopped|bad_counts [dir]\n",
                  argv[0]);
     return 2;
   }
@@ -643,6 +674,7 @@ int main(int argc, char** argv) {
       {"static_sets", staticSets},
       {"dynamic_sets", dynamicSets},
       {"join", join},
+      {"cancel", cancel},
       {"shutdown_one", shutdownOne},
       {"reinit", reinit},
       {"stall", stall},
