@@ -60,8 +60,9 @@ def test_allreduce_every_dtype_and_op(dtype, op):
         tol = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
         torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
     elif op == 'average':
-        # Integer average rounds to nearest (halves away from zero), as the C reducer does.
-        assert torch.all((out.double() - expected).abs() <= 0.5)
+        # Integer average as Horovod: sum * (1 / size) in double, truncated toward zero.
+        want = (sum(wide) * (1.0 / n())).trunc()
+        assert torch.equal(out, want.to(dtype)), (out, want)
     else:
         assert torch.equal(out, expected.to(dtype))
 
