@@ -343,3 +343,20 @@ def test_allgather_object_is_named_by_the_object_type():
     if handle is None:
         handle = hvd.allgather_async(t)
     assert hvd.synchronize(handle).tolist() == [float(q) for q in range(n()) for _ in range(3)]
+
+
+def test_autograd_functions_take_horovods_arguments():
+    """Scripts that call Horovod's autograd functions directly (mpi_ops.HorovodAllreduce.apply)
+    pass Horovod's argument order, `average` included."""
+    from ringfold.torch import mpi_ops
+    t = torch.ones(3, requires_grad=True)
+    out = mpi_ops.HorovodAllreduce.apply(t, None, 'compat_apply', hvd.Sum, 1.0, 1.0, hvd.global_process_set)
+    torch.testing.assert_close(out.detach(), torch.full((3,), float(n())))
+    out.sum().backward()
+    torch.testing.assert_close(t.grad, torch.full((3,), float(n())))
+    a, b = torch.ones(2, requires_grad=True), torch.ones(1, requires_grad=True)
+    outs = mpi_ops.HorovodGroupedAllreduce.apply(True, 'compat_grouped', None, 1.0, 1.0,
+                                                 hvd.global_process_set, a, b)
+    torch.testing.assert_close(outs[0].detach(), torch.ones(2))
+    (outs[0].sum() + outs[1].sum()).backward()
+    torch.testing.assert_close(a.grad, torch.ones(2))

@@ -169,8 +169,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 class HorovodAllreduce(torch.autograd.Function):
+    # apply()'s arguments are Horovod's: (tensor, average, name, op, prescale, postscale, set)
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        op = _average_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
@@ -182,7 +184,7 @@ class HorovodAllreduce(torch.autograd.Function):
     def backward(ctx, grad_output):
         return allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
                          postscale_factor=ctx.postscale_factor,
-                         process_set=ctx.process_set), None, None, None, None, None
+                         process_set=ctx.process_set), None, None, None, None, None, None
 
 
 def _needs_grad(tensor):
@@ -195,7 +197,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     _require_tensor(tensor, 'allreduce')
     compressed, ctx = compression.compress(tensor)
     if _needs_grad(compressed):
-        reduced = HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+        reduced = HorovodAllreduce.apply(compressed, None, name, op, prescale_factor, postscale_factor,
                                          process_set)
     else:
         reduced = synchronize(allreduce_async(compressed, None, name, op, prescale_factor,
@@ -257,8 +259,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
+    # apply()'s arguments are Horovod's: (average, name, op, prescale, postscale, set, *tensors)
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        op = _average_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
@@ -270,7 +274,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     def backward(ctx, *grads):
         reduced = grouped_allreduce(list(grads), op=ctx.op, prescale_factor=ctx.prescale_factor,
                                     postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
-        return (None, None, None, None, None) + tuple(reduced)
+        return (None, None, None, None, None, None) + tuple(reduced)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -281,7 +285,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     compressed = [compression.compress(t) for t in tensors]
     inputs = [c for c, _ in compressed]
     if any(_needs_grad(t) for t in inputs):
-        reduced = HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+        reduced = HorovodGroupedAllreduce.apply(None, name, op, prescale_factor, postscale_factor,
                                                 process_set, *inputs)
     else:
         reduced = synchronize(grouped_allreduce_async(inputs, None, name, op, prescale_factor,
