@@ -223,9 +223,8 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
       pump(s);  // a queued ABORT may still go out on a clean stream
       return;
     }
-    engine_.poisonIo(rank_, detail::concat("sending to rank ", rank_, " failed: ", std::strerror(-res),
-                                          " (socket ", s.index, " of ", sockets_.size(),
-                                          "): the process of rank ", rank_, " exited, crashed or reset the connection"));
+    engine_.poisonIo(rank_, "sending: " + connectionDownText(rank_, res, false, s.index, sockets_.size(), pid_,
+                                                             hostUnreachable(res) && engine_.othersUnacknowledged(*this)));
     s.dirty = true;
     finishBatch(s, true);
     dropControl(s);
@@ -397,8 +396,9 @@ void PeerLink::onSocketDown(SocketState& s, int res) {
 // at every job's end, and looking its process up may take a moment (liveness.h).
 const std::string& PeerLink::failure() {
   if (failure_.empty()) {
-    failure_ = connectionDownText(rank_, downRes_ == 1 ? 0 : downRes_, downMidFrame_, downSocket_, sockets_.size(),
-                                  pid_);
+    const int res = downRes_ == 1 ? 0 : downRes_;
+    failure_ = connectionDownText(rank_, res, downMidFrame_, downSocket_, sockets_.size(), pid_,
+                                  hostUnreachable(res) && engine_.othersUnacknowledged(*this));
   }
   return failure_;
 }

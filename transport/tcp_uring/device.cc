@@ -224,6 +224,16 @@ int Engine::blame(int peer, std::string& what) const {
   return at;
 }
 
+bool Engine::othersUnacknowledged(const PeerLink& except) const {
+  int others = 0;
+  for (const auto& p : peers_) {
+    if (!p || p.get() == &except) continue;
+    ++others;
+    if (!p->unacknowledged().any) return false;
+  }
+  return others > 0;
+}
+
 std::string Engine::silence(int at, int via) const {
   const Clock::time_point now = Clock::now();
   const PeerLink& link = *peers_[at];
@@ -245,14 +255,7 @@ std::string Engine::silence(int at, int via) const {
   // means the network, or the host, is down (and then perhaps this rank's own link).
   const PeerLink::Unacknowledged gone = link.unacknowledged();
   if (gone.any) {
-    bool everyone = true;
-    int others = 0;
-    for (const auto& p : peers_) {
-      if (!p || p.get() == &link) continue;
-      ++others;
-      everyone = everyone && p->unacknowledged().any;
-    }
-    if (others > 0 && everyone) {
+    if (othersUnacknowledged(link)) {
       out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
                             seconds(gone.sinceAck), " s (", gone.retransmits,
                             " retransmissions): this rank's own network link is likely down");

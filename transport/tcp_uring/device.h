@@ -99,6 +99,9 @@ class Engine {
 
   void abort(ErrorKind kind, const std::string& message);
   void onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept;
+  // Whether there is another peer than `except` and none of them acknowledges what this rank
+  // sent (PeerLink::unacknowledged): then this rank's own link is the likely failure.
+  bool othersUnacknowledged(const PeerLink& except) const;
   // Closes everything; later calls throw "device was destroyed".
   void shutdown() noexcept;
 

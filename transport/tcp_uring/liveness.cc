@@ -47,7 +47,12 @@ ProcessState processState(int pid, std::chrono::milliseconds settle) {
   }
 }
 
-std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid) {
+bool hostUnreachable(int res) {
+  return res == -ETIMEDOUT || res == -EHOSTUNREACH || res == -ENETUNREACH || res == -ENETDOWN || res == -EHOSTDOWN;
+}
+
+std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid,
+                               bool ownLinkDown) {
   const char* what = res == 0 ? "closed" : (res == -ECONNRESET ? "reset" : "failed");
   std::string text = detail::concat("connection to rank ", rank, " ", what,
                                     res < 0 ? detail::concat(" (", std::strerror(-res), ")") : std::string(),
@@ -55,11 +60,13 @@ std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket
                                     sockets, ")");
   const std::string process = pid > 0 ? detail::concat("the process of rank ", rank, " (pid ", pid, ")")
                                       : detail::concat("the process of rank ", rank);
-  if (res == -ETIMEDOUT || res == -EHOSTUNREACH || res == -ENETUNREACH || res == -ENETDOWN || res == -EHOSTDOWN) {
+  if (hostUnreachable(res)) {
     // The kernel gave up on the connection itself: nothing came back from the peer's host.
     const ProcessState s = processState(pid);
-    return text + detail::concat(": rank ", rank, "'s host stopped acknowledging this rank's data: the network between "
-                                 "them failed, or that host is down",
+    return text + detail::concat(": rank ", rank, "'s host stopped acknowledging this rank's data: ",
+                                 ownLinkDown ? "no other rank's host acknowledges it either, so this rank's own "
+                                               "network link is likely down"
+                                             : "the network between them failed, or that host is down",
                                  s == ProcessState::kRunning || s == ProcessState::kStopped
                                      ? detail::concat(" (", process, " is still running)")
                                      : std::string());

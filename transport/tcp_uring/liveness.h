@@ -25,7 +25,11 @@ ProcessState processState(int pid, std::chrono::milliseconds settle = std::chron
 // The error text for a connection to `rank` that went down: `res` is the failed receive's result
 // (0: closed, -errno), `pid` the peer's (0: unknown). Names what is known: the process exited,
 // is still running (then the link or something between was cut), or which of the two it may be.
-std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid);
+// `ownLinkDown`: no other peer's host acknowledges this rank either (said when the kernel gave up).
+std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket, size_t sockets, int pid,
+                               bool ownLinkDown = false);
+// Whether the kernel gave up on a connection with this receive result (no answer from the host).
+bool hostUnreachable(int res);
 
 // TCP_INFO of a connected TCP socket: data not acknowledged and being retransmitted.
 struct TcpSilence {
