@@ -251,3 +251,30 @@ def test_join_with_collectives_that_cannot_run_joined(what):
         assert torch.equal(hvd.alltoall(t), torch.ones(size * 2, 3))
     else:
         assert torch.equal(hvd.reducescatter(t, op=hvd.Sum), torch.full((2, 3), float(size)))
+
+
+def test_join_next_to_one_rank_sets():
+    """Rank 0 joins while the others run every kind of collective in process sets of their own
+    (negotiated apart from the global set's join) and a global allreduce (rank 0 contributes
+    zeros); then they join, and the sets are removed by everyone."""
+    rank, size = hvd.rank(), hvd.size()
+    singles = [hvd.add_process_set([q]) for q in range(size)]
+    try:
+        t = torch.arange(4.0) + rank
+        if rank == 0:
+            last = hvd.join()
+        else:
+            mine = singles[rank]
+            assert torch.equal(hvd.allreduce(t, op=hvd.Sum, process_set=mine), t)
+            assert torch.equal(hvd.allgather(t, process_set=mine), t)
+            assert torch.equal(hvd.broadcast(t, root_rank=rank, process_set=mine), t)
+            assert torch.equal(hvd.alltoall(t, process_set=mine), t)
+            hvd.barrier(process_set=mine)
+            expected = sum(torch.arange(4.0) + q for q in range(1, size))
+            assert torch.equal(hvd.allreduce(t, op=hvd.Sum, name='joined.sum'), expected)
+            last = hvd.join()
+        assert last != 0 or size == 1
+        assert hvd.allgather_object(last) == [last] * size
+    finally:
+        for ps in reversed(singles):
+            hvd.remove_process_set(ps)
