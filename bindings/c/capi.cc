@@ -356,7 +356,9 @@ std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int
   int64_t sum = 0;
   for (int i = 0; i < nsplits; ++i) {
     if (out[i] < 0) invalid(concat("splits[", i, "] is ", out[i], ": a split cannot be negative"));
-    if (out[i] > first) invalid(concat("splits[", i, "] is ", out[i], ", more than the first dimension ", first));
+    if (out[i] > first) {
+      invalid(concat("splits add up to more than the first dimension ", first, ": splits[", i, "] alone is ", out[i]));
+    }
     if (__builtin_add_overflow(sum, out[i], &sum)) {
       invalid(concat("splits add up to more than the first dimension ", first, " (their sum does not fit in 64 bits)"));
     }

@@ -645,7 +645,9 @@ void badCounts() {
   const std::string invalid = std::to_string(RINGFOLD_INVALID_ARGUMENT) + " ";
   // Horovod's example: the sum overflowed ("splits add up to -9223372036854775807").
   std::string got = alltoall({INT64_MAX, 2, 0}, s4);
-  CHECK(got.rfind(invalid, 0) == 0 && contains(got, "splits[0] is 9223372036854775807, more than the first dimension 4"), got);
+  CHECK(got.rfind(invalid, 0) == 0 &&
+            contains(got, "splits add up to more than the first dimension 4: splits[0] alone is 9223372036854775807"),
+        got);
   got = alltoall({3, 3, 0}, s4);
   CHECK(got.rfind(invalid, 0) == 0 && contains(got, "splits add up to 6, more than the first dimension 4"), got);
   // Each split fits the (huge, never read) first dimension, but their sum does not fit in 64 bits.
