@@ -57,6 +57,13 @@ std::vector<int64_t> tail(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
 }
 
+// "5 s", "2.5 s", "600 s": a limit as its user wrote it.
+std::string secondsText(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << d.count() / 1000.0 << " s";
+  return os.str();
+}
+
 }  // namespace
 
 Coordinator::Coordinator(int size, int worldSize, bool gpuSupported)
@@ -279,9 +286,10 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
             problem = std::to_string(q.splits.size()) + " splits for " + std::to_string(size_) + " ranks";
           } else {
             int64_t sum = 0;
-            for (int64_t s : q.splits) {
+            for (int64_t s : q.splits) {  // requests arrive from the wire: no overflowing sums
               if (s < 0) problem = "a negative split";
-              sum += s;
+              else if (__builtin_add_overflow(sum, s, &sum)) problem = "splits whose sum does not fit in 64 bits";
+              if (!problem.empty()) break;
             }
             if (problem.empty() && sum != q.shape[0]) {
               problem = "splits add up to " + std::to_string(sum) + " but the first dimension is " +
@@ -347,9 +355,10 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now, std::chron
     res.op = s.op;
     res.name = s.name;
     res.error = true;
-    res.errorMessage = std::string(opTypeLowerName(s.op)) + " '" + s.name + "' stalled: ranks " +
-                       rankList(s.missingRanks) + " never submitted it within RINGFOLD_STALL_SHUTDOWN_TIME (" +
-                       std::to_string(olderThan.count() / 1000.0).substr(0, 5) + " s)";
+    res.errorMessage = std::string(opTypeLowerName(s.op)) + " '" + s.name + "' stalled: " +
+                       (s.missingRanks.size() == 1 ? "rank " : "ranks ") + rankList(s.missingRanks) +
+                       " never submitted it within RINGFOLD_STALL_SHUTDOWN_TIME (" +
+                       secondsText(olderThan) + ")";
     out.push_back(std::move(res));
     entries_.erase(s.name);
     order_.erase(std::find(order_.begin(), order_.end(), s.name));

@@ -101,7 +101,7 @@ TEST(Faults, RankThatStopsSubmittingFailsEveryRank) {
                          90s);
   expectClean(job);
   const std::string why = sameOnEveryRank(job, "stall");
-  EXPECT_TRUE(contains(why, "'step' stalled: ranks 2 never submitted it")) << why;
+  EXPECT_TRUE(contains(why, "'step' stalled: rank 2 never submitted it")) << why;
   // The warning before it says what will happen, and when.
   EXPECT_TRUE(contains(job.finished.err, "Missing ranks:\n[0]<stderr>:2: [step]")) << job.transcript();
   EXPECT_TRUE(contains(job.finished.err, "missing ranks after 2 s (RINGFOLD_STALL_SHUTDOWN_TIME) fails on every rank"))

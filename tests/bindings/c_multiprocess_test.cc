@@ -165,7 +165,7 @@ TEST(CApiMultiprocess, StallWarningShutdownAndTimeline) {
                              dir.path());
   expectClean(job);
   const std::string why = sameOnEveryRank(job, "stall");
-  EXPECT_TRUE(contains(why, "'lonely' stalled: ranks 2 never submitted it")) << why;
+  EXPECT_TRUE(contains(why, "'lonely' stalled: rank 2 never submitted it")) << why;
   EXPECT_TRUE(contains(job.finished.err, "Missing ranks:")) << job.transcript();
   EXPECT_EQ(std::system(("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + timeline).c_str()), 0);
   std::ifstream in(timeline);

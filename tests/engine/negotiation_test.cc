@@ -2,6 +2,7 @@
 // response cache's slots, and fusion planning.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -162,6 +163,22 @@ TEST(NegotiationCoordinator, AllgatherAndAlltoallChecks) {
   EXPECT_TRUE(ready[1].error);
   EXPECT_NE(ready[1].errorMessage.find("rank 1: splits add up to 2 but the first dimension is 3"), std::string::npos)
       << ready[1].errorMessage;
+}
+
+// A request's splits come from another rank's bytes: a sum past INT64_MAX is named, not wrapped.
+TEST(NegotiationCoordinator, AlltoallSplitsThatOverflowAreNamed) {
+  Coordinator c(2, 2);
+  auto now = Coordinator::Clock::now();
+  Request t0 = req("t", 0, {4}), t1 = req("t", 1, {3});
+  t0.op = t1.op = OpType::kAlltoall;
+  t1.splits = {INT64_MAX, 2};
+  c.add(t0, now);
+  c.add(t1, now);
+  auto ready = c.takeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].error);
+  EXPECT_NE(ready[0].errorMessage.find("rank 1: splits whose sum does not fit in 64 bits"), std::string::npos)
+      << ready[0].errorMessage;
 }
 
 TEST(NegotiationCoordinator, GpuTensorsWithoutCudaFailClearly) {
