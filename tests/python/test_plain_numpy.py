@@ -117,8 +117,15 @@ def test_broadcast_root_rank_is_global_in_a_process_set():
 
 
 def test_argument_errors_are_value_errors():
-    first = rf.allreduce_async(np.ones(2), name='np_dup')
+    # Each rank's own name stays in flight until every rank made its duplicate call: the others
+    # submit it only after the barrier (a shared name could complete before the second call).
+    names = ['np_dup.%d' % q for q in range(rf.size())]
+    first = rf.allreduce_async(np.ones(2), name=names[rf.rank()])
     with pytest.raises(rf.InvalidArgumentError, match='already in flight'):
-        rf.allreduce_async(np.ones(2), name='np_dup')
-    rf.synchronize(first)
+        rf.allreduce_async(np.ones(2), name=names[rf.rank()])
+    rf.barrier()
+    others = [rf.allreduce_async(np.ones(2), name=name) for q, name in enumerate(names)
+              if q != rf.rank()]
+    for h in [first] + others:
+        rf.synchronize(h)
     assert issubclass(rf.InvalidArgumentError, ValueError)

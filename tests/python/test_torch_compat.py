@@ -63,13 +63,20 @@ _ASYNC = {
 
 @pytest.mark.parametrize('kind', sorted(_ASYNC))
 def test_name_in_flight_is_a_value_error_at_once(kind):
+    # Each rank's own name stays in flight until every rank made its duplicate call: the others
+    # submit it only after the barrier (with one shared name the first call could be complete).
     t = torch.ones(2 * n(), 3)
-    first = _ASYNC[kind](t, 'dup_' + kind)
+    names = ['dup_%s.%d' % (kind, q) for q in range(n())]
+    first = _ASYNC[kind](t, names[r()])
     with pytest.raises(ValueError, match='already in flight') as info:
-        _ASYNC[kind](t, 'dup_' + kind)
+        _ASYNC[kind](t, names[r()])
     assert not isinstance(info.value, hvd.HorovodInternalError)
-    hvd.synchronize(first)
-    hvd.synchronize(_ASYNC[kind](t, 'dup_' + kind))       # reusable once completed
+    hvd.barrier()
+    others = [_ASYNC[kind](t, name) for q, name in enumerate(names) if q != r()]
+    for h in [first] + others:
+        hvd.synchronize(h)
+    for name in names:                                     # reusable once completed
+        hvd.synchronize(_ASYNC[kind](t, name))
 
 
 def test_alltoall_indivisible_first_dimension_is_a_value_error():

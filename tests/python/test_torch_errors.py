@@ -36,12 +36,22 @@ def test_broadcast_root_mismatch_on_every_rank():
 
 
 def test_duplicate_name_in_flight():
-    first = hvd.allreduce_async(torch.ones(2), name='dup')
-    with pytest.raises(hvd.InvalidArgumentError, match='dup'):        # a ValueError, as in Horovod
-        hvd.allreduce_async(torch.ones(2), name='dup')
+    # Each rank's own name stays in flight until every rank made its duplicate call: the others
+    # submit it only after the barrier (with one shared name, the first call could complete
+    # before the second when the other ranks had submitted first).
+    mine = 'dup.%d' % hvd.rank()
+    first = hvd.allreduce_async(torch.ones(2), name=mine)
+    with pytest.raises(hvd.InvalidArgumentError, match=mine):        # a ValueError, as in Horovod
+        hvd.allreduce_async(torch.ones(2), name=mine)
+    hvd.barrier()
+    others = [hvd.allreduce_async(torch.ones(2), name='dup.%d' % r) for r in range(hvd.size())
+              if r != hvd.rank()]
     torch.testing.assert_close(hvd.synchronize(first), torch.ones(2))
-    # once completed, the name may be reused
-    torch.testing.assert_close(hvd.allreduce(torch.ones(2), name='dup'), torch.ones(2))
+    for h in others:
+        hvd.synchronize(h)
+    # once completed, the names may be reused
+    for r in range(hvd.size()):
+        torch.testing.assert_close(hvd.allreduce(torch.ones(2), name='dup.%d' % r), torch.ones(2))
 
 
 def test_unsupported_dtypes_are_value_errors():
