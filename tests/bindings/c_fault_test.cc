@@ -5,90 +5,17 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "launcher/subprocess.h"
+#include "tests/bindings/worker_job.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using ringfold::launcher::testing::Finished;
-using ringfold::launcher::testing::run;
-using ringfold::launcher::testing::splitLines;
+using namespace rftest;
 using ringfold::launcher::testing::TempDir;
-
-bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-struct Job {
-  Finished finished;
-  std::map<int, std::string> done;                             // rank -> DONE line
-  std::vector<std::string> failures;                           // FAIL lines
-  std::map<std::string, std::map<int, std::string>> messages;  // key -> rank -> text
-  std::map<std::string, std::map<int, double>> times;          // key -> rank -> seconds
-
-  std::string transcript() const { return "stdout:\n" + finished.out + "\nstderr:\n" + finished.err; }
-};
-
-// ringfoldrun -np 3 [launcherArgs...] <worker> <scenario> <dir>
-Job runJob(const std::string& worker, const std::string& scenario, std::vector<std::string> launcherArgs,
-           const std::string& dir, std::chrono::milliseconds deadline) {
-  std::vector<std::string> argv = {RINGFOLDRUN_PATH, "-np", "3"};
-  argv.insert(argv.end(), launcherArgs.begin(), launcherArgs.end());
-  argv.insert(argv.end(), {worker, scenario, dir});
-  Job job;
-  job.finished = run(argv, deadline);
-  const std::regex line(R"(\[(\d+)\]<stdout>:(.*))");
-  const std::regex keyed(R"((MSG|TIME) (\d+) ([\w.]+): (.*))");
-  for (const std::string& l : splitLines(job.finished.out)) {
-    std::smatch m;
-    if (!std::regex_match(l, m, line)) continue;
-    const int rank = std::stoi(m[1]);
-    const std::string body = m[2];
-    std::smatch k;
-    if (body.rfind("FAIL", 0) == 0) {
-      job.failures.push_back(l);
-    } else if (body.rfind("DONE", 0) == 0) {
-      job.done[rank] = body;
-    } else if (std::regex_match(body, k, keyed)) {
-      if (k[1] == "MSG") {
-        job.messages[k[3]][std::stoi(k[2])] = k[4];
-      } else {
-        job.times[k[3]][std::stoi(k[2])] = std::stod(k[4]);
-      }
-    }
-  }
-  return job;
-}
-
-void expectClean(const Job& job) {
-  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
-  EXPECT_EQ(job.finished.exitCode, 0) << job.transcript();
-  for (const auto& f : job.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(job.done.size(), 3u) << job.transcript();
-}
-
-// The message `key`, reported identically by ranks 0, 1 and 2; returns it.
-std::string sameOnEveryRank(const Job& job, const std::string& key) {
-  auto it = job.messages.find(key);
-  if (it == job.messages.end() || it->second.size() != 3) {
-    ADD_FAILURE() << "not every rank reported '" << key << "'\n" << job.transcript();
-    return it == job.messages.end() ? "" : it->second.begin()->second;
-  }
-  for (const auto& [rank, text] : it->second) EXPECT_EQ(text, it->second.at(0)) << key << ": rank " << rank << " differs";
-  return it->second.at(0);
-}
-
-double timeOf(const Job& job, const std::string& key, int rank) {
-  auto it = job.times.find(key);
-  if (it == job.times.end() || !it->second.count(rank)) {
-    ADD_FAILURE() << "rank " << rank << " reported no time '" << key << "'\n" << job.transcript();
-    return -1;
-  }
-  return it->second.at(rank);
-}
 
 // A rank that stays alive but stops submitting (rank 2 never calls 'step'): after
 // RINGFOLD_STALL_SHUTDOWN_TIME every rank gets the error, the idle one too: it logs it while
@@ -96,9 +23,9 @@ double timeOf(const Job& job, const std::string& key, int rank) {
 // engine then runs on. (Short settings here; the defaults are in params_test.)
 TEST(Faults, RankThatStopsSubmittingFailsEveryRank) {
   TempDir dir;
-  const Job job = runJob(FAULT_WORKER_PATH, "idle",
-                         {"-x", "RINGFOLD_STALL_SHUTDOWN_TIME=2", "-x", "RINGFOLD_STALL_CHECK_TIME=1"}, dir.path(),
-                         90s);
+  const Job job = runWorkerJob(FAULT_WORKER_PATH, "idle",
+                               {"-x", "RINGFOLD_STALL_SHUTDOWN_TIME=2", "-x", "RINGFOLD_STALL_CHECK_TIME=1"},
+                               dir.path(), 90s);
   expectClean(job);
   const std::string why = sameOnEveryRank(job, "stall");
   EXPECT_TRUE(contains(why, "'step' stalled: rank 2 never submitted it")) << why;
@@ -120,7 +47,7 @@ TEST(Faults, RankThatStopsSubmittingFailsEveryRank) {
 // and the engine stays usable everywhere (the worker runs collectives between and after).
 TEST(Faults, OutOfMemoryFailsTheOperationOnEveryRankAndTheEngineRunsOn) {
   TempDir dir;
-  const Job job = runJob(FAULT_WORKER_PATH, "oom", {"-x", "RINGFOLD_FUSION_TENSOR_MAX_BYTES=0"}, dir.path(), 120s);
+  const Job job = runWorkerJob(FAULT_WORKER_PATH, "oom", {"-x", "RINGFOLD_FUSION_TENSOR_MAX_BYTES=0"}, dir.path(), 120s);
   expectClean(job);
   struct Case {
     const char* key;
@@ -147,7 +74,7 @@ TEST(Faults, OutOfMemoryFailsTheOperationOnEveryRankAndTheEngineRunsOn) {
 // RINGFOLD_TIMEOUT, nor as "exited or crashed").
 TEST(Faults, SmallAllocationFailureReachesEveryPeerAtOnce) {
   TempDir dir;
-  const Job job = runJob(FAULT_WORKER_PATH, "oom.small", {}, dir.path(), 60s);
+  const Job job = runWorkerJob(FAULT_WORKER_PATH, "oom.small", {}, dir.path(), 60s);
   expectClean(job);
   for (int r : {0, 1, 2}) {
     SCOPED_TRACE(r);
@@ -165,7 +92,7 @@ TEST(Faults, SmallAllocationFailureReachesEveryPeerAtOnce) {
 // Integer scale factors end to end, as Horovod computes them (truncation toward zero).
 TEST(Faults, IntegerScalingTruncatesAsHorovod) {
   TempDir dir;
-  expectClean(runJob(FAULT_WORKER_PATH, "scaling", {}, dir.path(), 60s));
+  expectClean(runWorkerJob(FAULT_WORKER_PATH, "scaling", {}, dir.path(), 60s));
 }
 
 // A frozen rank (SIGSTOP, sockets open) with the default settings: the others fail with ABORTED
@@ -174,7 +101,7 @@ TEST(Faults, IntegerScalingTruncatesAsHorovod) {
 TEST(Faults, FrozenRankFailsEveryRankWithTheDefaultTimeout) {
   for (const char* name : {"RINGFOLD_TIMEOUT", "HOROVOD_GLOO_TIMEOUT_SECONDS"}) unsetenv(name);
   TempDir dir;
-  const Job job = runJob(FAULT_WORKER_PATH, "frozen", {"--grace-period", "30"}, dir.path(), 150s);
+  const Job job = runWorkerJob(FAULT_WORKER_PATH, "frozen", {"--grace-period", "30"}, dir.path(), 150s);
   EXPECT_FALSE(job.finished.timedOut) << job.transcript();
   EXPECT_NE(job.finished.exitCode, 0) << job.transcript();  // rank 1 was SIGKILLed
   for (const auto& f : job.failures) ADD_FAILURE() << f;

@@ -2,12 +2,8 @@
 //
 //   bindings_c_fault_worker <scenario> <dir>
 //
-// Plain C ABI calls only. Every rank prints, line-buffered:
-//   FAIL <rank> line <n>: <what>     for each failed check (the driver fails on any)
-//   MSG <rank> <key>: <text>         messages the driver compares across ranks
-//   TIME <rank> <key>: <seconds>     durations the driver bounds
-//   DONE <rank> <scenario>           at the end; the process exits 0 when no check failed.
-// Every wait is bounded (kWait), so an engine that never completes a handle fails a check.
+// Plain C ABI calls only; what it prints (FAIL / MSG / TIME / DONE lines) and its bounded
+// waits are worker.h's.
 //
 // Scenarios
 //   idle    : rank 2 stops submitting while ranks 0 and 1 wait on 'step' (run it with a short
@@ -45,43 +41,15 @@
 #include <vector>
 
 #include "bindings/c/ringfold.h"
+#include "tests/bindings/worker.h"
 
 namespace {
 
+using namespace rftest;
+
 using Clock = std::chrono::steady_clock;
 
-constexpr double kWait = 60.0;
-int gRank = -1;
-std::atomic<int> gFailures{0};
-
-void fail(int line, const std::string& what) {
-  ++gFailures;
-  std::printf("FAIL %d line %d: %s\n", gRank, line, what.c_str());
-  std::fflush(stdout);
-}
-
-std::string err() { return ringfold_last_error(); }
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-#define CHECK(cond, detail)                                              \
-  do {                                                                   \
-    if (!(cond)) fail(__LINE__, std::string(#cond) + " -- " + (detail)); \
-  } while (0)
-#define CHECK_OK(call)                                                                                          \
-  do {                                                                                                          \
-    const int rc_ = (call);                                                                                     \
-    if (rc_ != RINGFOLD_OK) fail(__LINE__, std::string(#call) + " -> " + std::to_string(rc_) + ": " + err()); \
-  } while (0)
-
-void message(const std::string& key, const std::string& text) {
-  std::printf("MSG %d %s: %s\n", gRank, key.c_str(), text.c_str());
-  std::fflush(stdout);
-}
-void timing(const std::string& key, double seconds) {
-  std::printf("TIME %d %s: %.3f\n", gRank, key.c_str(), seconds);
-  std::fflush(stdout);
-}
 
 bool init() {
   if (!horovod_init(nullptr, 0, nullptr, nullptr, 0)) {
@@ -92,37 +60,12 @@ bool init() {
   return true;
 }
 
-// Waits for `h` and releases it; returns its status (the message goes to *why).
-int finish(int64_t h, std::string* why = nullptr) {
-  const int rc = ringfold_wait(h, kWait);
-  if (why) *why = err();
-  if (rc != RINGFOLD_IN_PROGRESS) ringfold_release(h);
-  return rc;
-}
-
-int64_t allreduce(const void* in, void* out, int dtype, std::vector<int64_t> shape, const char* name, int op,
-                  double pre = 1.0, double post = 1.0) {
-  int64_t h = -1;
-  CHECK_OK(ringfold_allreduce_async(in, out, dtype, shape.data(), static_cast<int>(shape.size()), name, op, pre, post,
-                                    0, RINGFOLD_CPU_DEVICE, &h));
-  return h;
-}
-
 int64_t reducescatter(const void* in, int dtype, std::vector<int64_t> shape, const char* name, int op,
                       double pre = 1.0, double post = 1.0) {
   int64_t h = -1;
   CHECK_OK(ringfold_reducescatter_async(in, dtype, shape.data(), static_cast<int>(shape.size()), name, op, pre, post,
                                         0, RINGFOLD_CPU_DEVICE, &h));
   return h;
-}
-
-template <typename T>
-std::vector<T> result(int64_t h) {
-  size_t bytes = 0;
-  CHECK_OK(ringfold_result_bytes(h, &bytes));
-  std::vector<T> out(bytes / sizeof(T));
-  CHECK_OK(ringfold_result_copy(h, out.data(), bytes));
-  return out;
 }
 
 // A small allreduce every rank runs: proves the engine still works, and lines the ranks up.
@@ -386,26 +329,11 @@ void frozen(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s idle|oom|scaling|frozen <dir>\n", argv[0]);
-    return 2;
-  }
-  const std::string scenario = argv[1];
-  const std::string dir = argv[2];
-  const std::map<std::string, std::function<void()>> scenarios = {
-      {"idle", [&] { idle(dir); }},
-      {"oom", oom},
-      {"oom.small", oomSmall},
-      {"scaling", scaling},
-      {"frozen", [&] { frozen(dir); }},
-  };
-  auto it = scenarios.find(scenario);
-  if (it == scenarios.end()) {
-    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
-    return 2;
-  }
-  it->second();
-  std::printf("DONE %d %s failures=%d\n", gRank, scenario.c_str(), gFailures.load());
-  return gFailures.load() == 0 ? 0 : 1;
+  return rftest::runScenario(argc, argv, true, {
+      {"idle", [](const std::string& dir) { idle(dir); }},
+      {"oom", [](const std::string&) { oom(); }},
+      {"oom.small", [](const std::string&) { oomSmall(); }},
+      {"scaling", [](const std::string&) { scaling(); }},
+      {"frozen", [](const std::string& dir) { frozen(dir); }},
+  });
 }

@@ -7,83 +7,21 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-#include <map>
-#include <regex>
-#include <sstream>
+#include <string>
+#include <vector>
 
 #include "launcher/subprocess.h"
+#include "tests/bindings/worker_job.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using ringfold::launcher::testing::Finished;
-using ringfold::launcher::testing::run;
-using ringfold::launcher::testing::splitLines;
+using namespace rftest;
 using ringfold::launcher::testing::TempDir;
 
-constexpr int kRanks = 3;
-
-bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-struct Job {
-  Finished finished;
-  std::map<int, std::string> done;                          // rank -> DONE line
-  std::vector<std::string> failures;                        // FAIL lines
-  std::map<std::string, std::map<int, std::string>> messages;  // key -> rank -> text
-
-  std::string transcript() const { return "stdout:\n" + finished.out + "\nstderr:\n" + finished.err; }
-};
-
-// ringfoldrun -np 3 [launcherArgs...] bindings_c_worker <scenario> <dir>
 Job runWorkers(const std::string& scenario, std::vector<std::string> launcherArgs, const std::string& dir,
                std::chrono::milliseconds deadline = 90s) {
-  std::vector<std::string> argv = {RINGFOLDRUN_PATH, "-np", std::to_string(kRanks)};
-  argv.insert(argv.end(), launcherArgs.begin(), launcherArgs.end());
-  argv.insert(argv.end(), {WORKER_PATH, scenario, dir});
-  Job job;
-  job.finished = run(argv, deadline);
-  const std::regex line(R"(\[(\d+)\]<stdout>:(.*))");
-  const std::regex msg(R"(MSG (\d+) ([\w.]+): (.*))");
-  for (const std::string& l : splitLines(job.finished.out)) {
-    std::smatch m;
-    if (!std::regex_match(l, m, line)) continue;
-    const int rank = std::stoi(m[1]);
-    const std::string body = m[2];
-    std::smatch mm;
-    if (body.rfind("FAIL", 0) == 0) {
-      job.failures.push_back(l);
-    } else if (body.rfind("DONE", 0) == 0) {
-      job.done[rank] = body;
-    } else if (std::regex_match(body, mm, msg)) {
-      job.messages[mm[2]][std::stoi(mm[1])] = mm[3];
-    }
-  }
-  return job;
-}
-
-// Every rank finished its scenario with no failed check, and the job exited 0.
-void expectClean(const Job& job) {
-  EXPECT_FALSE(job.finished.timedOut) << job.transcript();
-  EXPECT_EQ(job.finished.exitCode, 0) << job.transcript();
-  for (const auto& f : job.failures) ADD_FAILURE() << f;
-  EXPECT_EQ(job.done.size(), static_cast<size_t>(kRanks)) << job.transcript();
-}
-
-// The message `key` was reported by every rank in `ranks`, identically; returns it.
-std::string sameOnEveryRank(const Job& job, const std::string& key, std::vector<int> ranks = {0, 1, 2}) {
-  auto it = job.messages.find(key);
-  if (it == job.messages.end()) {
-    ADD_FAILURE() << "no rank reported '" << key << "'\n" << job.transcript();
-    return "";
-  }
-  const std::string first = it->second.count(ranks[0]) ? it->second.at(ranks[0]) : "";
-  for (int r : ranks) {
-    EXPECT_TRUE(it->second.count(r)) << "rank " << r << " did not report '" << key << "'";
-    if (it->second.count(r)) {
-      EXPECT_EQ(it->second.at(r), first) << key << ": rank " << r << " differs";
-    }
-  }
-  return first;
+  return runWorkerJob(WORKER_PATH, scenario, std::move(launcherArgs), dir, deadline);
 }
 
 TEST(CApiMultiprocess, CollectivesAcrossThreeRanks) {

@@ -2,12 +2,8 @@
 //
 //   ringfoldrun -np 3 bindings_c_worker <scenario> [<dir>]
 //
-// It uses nothing but bindings/c/ringfold.h. Every rank prints, line-buffered:
-//   FAIL <rank> line <n>: <what>     for each failed check (the driver fails on any)
-//   MSG <rank> <key>: <text>         error messages the driver compares across ranks
-//   DONE <rank> <scenario>           at the end, and exits 0 when no check failed.
-// Every wait is bounded (kWait), so an engine that never completes a handle fails the check
-// instead of hanging the job.
+// It uses nothing but bindings/c/ringfold.h; what it prints (FAIL / MSG / DONE lines) and its
+// bounded waits are worker.h's.
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,42 +21,11 @@
 #include <vector>
 
 #include "bindings/c/ringfold.h"
+#include "tests/bindings/worker.h"
 
 namespace {
 
-constexpr double kWait = 60.0;
-int gRank = -1;
-std::atomic<int> gFailures{0};
-
-void fail(int line, const std::string& what) {
-  ++gFailures;
-  std::printf("FAIL %d line %d: %s\n", gRank, line, what.c_str());
-  std::fflush(stdout);
-}
-
-std::string err() { return ringfold_last_error(); }
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
-#define CHECK(cond, detail)                                                   \
-  do {                                                                        \
-    if (!(cond)) fail(__LINE__, std::string(#cond) + " -- " + (detail));      \
-  } while (0)
-#define CHECK_OK(call)                                                                                \
-  do {                                                                                                \
-    const int rc_ = (call);                                                                           \
-    if (rc_ != RINGFOLD_OK) fail(__LINE__, std::string(#call) + " -> " + std::to_string(rc_) + ": " + err()); \
-  } while (0)
-#define CHECK_EQ(a, b)                                                                              \
-  do {                                                                                              \
-    const auto a_ = (a);                                                                            \
-    const auto b_ = (b);                                                                            \
-    if (!(a_ == b_)) fail(__LINE__, std::string(#a " == " #b) + " -- " + std::to_string(a_) + " vs " + std::to_string(b_)); \
-  } while (0)
-
-void message(const std::string& key, const std::string& text) {
-  std::printf("MSG %d %s: %s\n", gRank, key.c_str(), text.c_str());
-  std::fflush(stdout);
-}
+using namespace rftest;
 
 bool init(const std::vector<std::vector<int>>& sets = {}) {
   std::vector<int> ranks, sizes;
@@ -74,37 +39,6 @@ bool init(const std::vector<std::vector<int>>& sets = {}) {
   }
   gRank = horovod_rank();
   return true;
-}
-
-// Waits for `h` and releases it; returns its status (the message goes to *why).
-int finish(int64_t h, std::string* why = nullptr) {
-  const int rc = ringfold_wait(h, kWait);
-  if (why) *why = err();
-  if (rc != RINGFOLD_IN_PROGRESS) ringfold_release(h);
-  return rc;
-}
-
-int64_t allreduce(const void* in, void* out, int dtype, std::vector<int64_t> shape, const char* name, int op,
-                  double pre = 1.0, double post = 1.0, int set = 0) {
-  int64_t h = -1;
-  CHECK_OK(ringfold_allreduce_async(in, out, dtype, shape.data(), static_cast<int>(shape.size()), name, op, pre, post,
-                                    set, RINGFOLD_CPU_DEVICE, &h));
-  return h;
-}
-
-template <typename T>
-std::vector<T> result(int64_t h, std::vector<int64_t>* shape = nullptr) {
-  size_t bytes = 0;
-  CHECK_OK(ringfold_result_bytes(h, &bytes));
-  std::vector<T> out(bytes / sizeof(T));
-  CHECK_OK(ringfold_result_copy(h, out.data(), bytes));
-  if (shape) {
-    int ndim = 0;
-    CHECK_OK(ringfold_result_ndim(h, &ndim));
-    shape->assign(ndim, -1);
-    CHECK_OK(ringfold_result_shape(h, shape->data(), ndim));
-  }
-  return out;
 }
 
 // ---- scenarios ----------------------------------------------------------------------------------
@@ -663,34 +597,18 @@ void badCounts() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s collectives|static_sets|dynamic_sets|join|cancel|shutdown_one|reinit|stall|relayout|killed|stopped|bad_counts [dir]\n",
-                 argv[0]);
-    return 2;
-  }
-  const std::string scenario = argv[1];
-  const std::string dir = argc > 2 ? argv[2] : "/tmp";
-  const std::map<std::string, std::function<void()>> scenarios = {
-      {"collectives", collectives},
-      {"static_sets", staticSets},
-      {"dynamic_sets", dynamicSets},
-      {"join", join},
-      {"cancel", cancel},
-      {"shutdown_one", shutdownOne},
-      {"reinit", reinit},
-      {"stall", stall},
-      {"relayout", [&] { relayout(dir); }},
-      {"killed", [&] { peerFailure(false, dir); }},
-      {"stopped", [&] { peerFailure(true, dir); }},
-      {"bad_counts", badCounts},
-  };
-  auto it = scenarios.find(scenario);
-  if (it == scenarios.end()) {
-    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
-    return 2;
-  }
-  it->second();
-  std::printf("DONE %d %s failures=%d\n", gRank, scenario.c_str(), gFailures.load());
-  return gFailures.load() == 0 ? 0 : 1;
+  return rftest::runScenario(argc, argv, false, {
+      {"collectives", [](const std::string&) { collectives(); }},
+      {"static_sets", [](const std::string&) { staticSets(); }},
+      {"dynamic_sets", [](const std::string&) { dynamicSets(); }},
+      {"join", [](const std::string&) { join(); }},
+      {"cancel", [](const std::string&) { cancel(); }},
+      {"shutdown_one", [](const std::string&) { shutdownOne(); }},
+      {"reinit", [](const std::string&) { reinit(); }},
+      {"stall", [](const std::string&) { stall(); }},
+      {"relayout", [](const std::string& dir) { relayout(dir); }},
+      {"killed", [](const std::string& dir) { peerFailure(false, dir); }},
+      {"stopped", [](const std::string& dir) { peerFailure(true, dir); }},
+      {"bad_counts", [](const std::string&) { badCounts(); }},
+  });
 }
