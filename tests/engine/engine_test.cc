@@ -317,7 +317,7 @@ TEST(EngineStall, WarningThenFailureOnEveryRank) {
   }, options);
   expectAllOk(errors);
   EXPECT_NE(messages[0].find("'lonely' stalled"), std::string::npos) << messages[0];
-  EXPECT_NE(messages[0].find("ranks 2 never submitted"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("rank 2 never submitted"), std::string::npos) << messages[0];
   EXPECT_EQ(messages[1], messages[0]);
   EXPECT_EQ(messages[2], messages[0]);
 }
