@@ -43,7 +43,6 @@ void RefusalLog::refused(const std::string& peer, const std::string& why, Clock:
   if (hosts_.size() < kMaxHostsTracked) hosts_.insert(hostOf(peer));
   latest_ = peer + ": " + why;
   if (!windowStart_) windowStart_ = now;
-  if (!summaryDue_) summaryDue_ = now + interval_;
 }
 
 void RefusalLog::summarize(Clock::time_point now) {
@@ -57,12 +56,12 @@ void RefusalLog::summarize(Clock::time_point now) {
   hosts_.clear();
   latest_.clear();
   windowStart_.reset();
-  summaryDue_.reset();
 }
 
 std::optional<RefusalLog::Clock::time_point> RefusalLog::flush(Clock::time_point now) {
-  if (summaryDue_ && now >= *summaryDue_) summarize(now);
-  return summaryDue_;
+  if (windowStart_ && now >= *windowStart_ + interval_) summarize(now);
+  if (!windowStart_) return std::nullopt;
+  return *windowStart_ + interval_;  // the summary is due one interval after its window opened
 }
 
 void RefusalLog::finish() { summarize(Clock::now()); }

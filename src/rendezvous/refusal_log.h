@@ -46,7 +46,6 @@ class RefusalLog {
   std::string latest_;                  // "ADDR:PORT: WHY" of the latest suppressed one
   std::optional<Clock::time_point> lastRefusal_;
   std::optional<Clock::time_point> windowStart_;  // first suppressed refusal since the summary
-  std::optional<Clock::time_point> summaryDue_;
 };
 
 }  // namespace ringfold::rendezvous
