@@ -47,23 +47,6 @@ constexpr int kBacklog = 4096;         // the kernel clamps it to net.core.somax
 constexpr size_t kReadChunk = 65536;
 constexpr int kReadsPerEvent = 16;     // fairness: at most 1 MiB per connection per wakeup
 
-std::string peerName(const sockaddr_storage& addr) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-    port = ntohs(a->sin6_port);
-  }
-  return "[" + std::string(host) + "]:" + std::to_string(port);
-}
-
 std::string numericHost(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (addr.ss_family == AF_INET) {
@@ -72,6 +55,18 @@ std::string numericHost(const sockaddr_storage& addr) {
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host, sizeof host);
   }
   return host;
+}
+
+int portOf(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  return 0;
+}
+
+std::string peerName(const sockaddr_storage& addr) {
+  const std::string port = ":" + std::to_string(portOf(addr));
+  if (addr.ss_family == AF_INET) return numericHost(addr) + port;
+  return "[" + numericHost(addr) + "]" + port;
 }
 
 }  // namespace
@@ -161,8 +156,7 @@ struct TcpStoreServer::Impl {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     RF_CHECK_ERRNO(::getsockname(listenFd, reinterpret_cast<sockaddr*>(&addr), &len));
-    port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    port = portOf(addr);
     address = numericHost(addr);
   }
 
