@@ -1,6 +1,7 @@
 // Every environment variable ringfold reads is declared once, in params.def, as a Param:
 // its RINGFOLD_* name, Horovod/NCCL aliases, default and documentation. Code reads a variable
-// only through its Param, so the README table (generated from the same list) cannot drift.
+// only through its Param, so the table in docs/environment.md (generated from the same list)
+// cannot drift.
 //
 //   int64_t n = params::kSocketsPerPeer.asInt();
 //
@@ -41,7 +42,7 @@ struct Param {
 // All declared params, in declaration order.
 const std::vector<const Param*>& all();
 
-// The README's environment-variable table, as Markdown.
+// The environment-variable table of docs/environment.md, as Markdown.
 std::string markdownTable();
 
 // Parsing helpers shared with other env readers (bootstrap): `what` names the variable.

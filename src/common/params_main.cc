@@ -1,4 +1,4 @@
-// ringfold_params: prints the environment-variable table that README.md embeds.
+// ringfold_params: prints the environment-variable table that docs/environment.md embeds.
 #include <cstdio>
 #include <cstring>
 

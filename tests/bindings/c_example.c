@@ -1,4 +1,4 @@
-/* The README's C example, built as strict C99 against bindings/c/ringfold.h: an allreduce and
+/* docs/c_api.md's C example, built as strict C99 against bindings/c/ringfold.h: an allreduce and
  * an allgather on every rank. Run it alone (rank 0 of 1) or under `ringfoldrun -np N`.
  * Exits 0 when every result is right, 1 otherwise (after printing why). */
 #include <stdio.h>

@@ -74,13 +74,13 @@ TEST(Params, EveryNameIsUniqueAndDocumented) {
   }
 }
 
-// The README's table is generated from params.def; this keeps the two in step.
-TEST(Params, ReadmeTableMatchesDeclarations) {
-  std::ifstream in(RINGFOLD_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(in) << "README.md not found";
+// docs/environment.md's table is generated from params.def; this keeps the two in step.
+TEST(Params, EnvironmentTableMatchesDeclarations) {
+  std::ifstream in(RINGFOLD_SOURCE_DIR "/docs/environment.md");
+  ASSERT_TRUE(in) << "docs/environment.md not found";
   std::stringstream ss;
   ss << in.rdbuf();
   EXPECT_NE(ss.str().find(params::markdownTable()), std::string::npos)
-      << "README.md's environment table is out of date; regenerate it with "
-         "`build/ringfold_params --markdown` (see scripts/update_readme_params.sh).";
+      << "docs/environment.md's table is out of date; regenerate it with "
+         "scripts/update_params_table.sh (build/ringfold_params --markdown).";
 }

@@ -97,7 +97,7 @@ TEST_F(Bootstrap, RingfoldEveryName) {
   EXPECT_EQ(info.secret, "s3");
   EXPECT_FALSE(info.hostStore);  // not rank 0
   // Started by hand with the RINGFOLD_* names: rank 0 hosts the store, as under every other
-  // starter (README, "Running under cluster managers").
+  // starter (docs/launching.md, "Running under cluster managers").
   set({{"RINGFOLD_RANK", "0"}});
   EXPECT_TRUE(bootstrapFromEnvironment().hostStore);
   // Under ringfoldrun, which hosts the store itself and says so.

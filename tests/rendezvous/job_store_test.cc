@@ -98,7 +98,7 @@ BootstrapInfo rankZeroOf(int size, int localSize, const std::string& storeAddr, 
 }
 
 // Rank 0 listens only where the ranks dial when that is known: a loopback store address keeps
-// the store off the network (README: "Running under cluster managers").
+// the store off the network (docs/launching.md: "Running under cluster managers").
 TEST(JobStore, LoopbackStoreAddressListensOnLoopbackOnly) {
   const int port = freePort();
   JobStore job = openJobStore(rankZeroOf(2, 2, "127.0.0.1", port), 2s);

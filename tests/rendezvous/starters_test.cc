@@ -1,8 +1,8 @@
 // Ranks started by hand, without ringfoldrun, under the names each documented starter sets
-// (README, "Running under cluster managers"; bootstrap.h): ringfoldrun's own RINGFOLD_* names,
+// (docs/launching.md, "Running under cluster managers"; bootstrap.h): ringfoldrun's own RINGFOLD_* names,
 // horovodrun's HOROVOD_*, torchrun's and Azure ML's RANK/WORLD_SIZE/MASTER_ADDR, Slurm's SLURM_*
 // and Open MPI's OMPI_COMM_WORLD_*. Each case starts kRanks processes of starter_rank with
-// `env -i` and only those variables (plus RINGFOLD_SECRET where the README's example sets it),
+// `env -i` and only those variables (plus RINGFOLD_SECRET where docs/launching.md's example sets it),
 // and checks that every rank's allreduce completed with the right sum, within a deadline.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
