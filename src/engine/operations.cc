@@ -196,6 +196,12 @@ std::string Operations::agreeOnMemory(ProcessSet& set, const Response& head, siz
                         "; the operation failed on every rank, and later operations run as usual");
 }
 
+std::string Operations::checkMemory(ProcessSet& set, const Response& r, uint64_t batchBytes, uint64_t failedBytes) {
+  if (batchBytes >= kAgreeMinBytes) return agreeOnMemory(set, r, 1, batchBytes, failedBytes);
+  if (failedBytes) outOfMemory(r, set.ranks()[set.comm().rank()], failedBytes);
+  return "";
+}
+
 std::string Operations::allreduce(ProcessSet& set, const std::vector<const Response*>& members,
                                   std::vector<std::optional<TensorEntry>>& entries) {
   Communicator& comm = set.comm();
@@ -220,7 +226,7 @@ std::string Operations::allreduce(ProcessSet& set, const std::vector<const Respo
   // Several tensors, or a joined rank's zeros: through the fusion buffer. Every member runs the
   // same batches of this set, so whether a fused batch is larger than any the set agreed on
   // before is the same question everywhere (a joined rank alone in a batch of one is not asked).
-  const bool grown = growFusion(total);
+  const bool grown = grow(fusion_, fusionBytes_, total);
   uint64_t& agreed = fusionAgreed_[set.id()];
   if (members.size() > 1 && total >= kAgreeMinBytes && total > agreed) {
     std::string error = agreeOnMemory(set, head, members.size(), total, grown ? 0 : total);
@@ -256,8 +262,6 @@ std::string Operations::allreduce(ProcessSet& set, const std::vector<const Respo
   activityEnd(members);
   return "";
 }
-
-bool Operations::growFusion(size_t bytes) { return grow(fusion_, fusionBytes_, bytes); }
 
 int Operations::localDevice(const std::vector<std::optional<TensorEntry>>& entries, const Response& head) {
   for (const auto& e : entries) {
@@ -308,11 +312,8 @@ Result Operations::allgather(ProcessSet& set, const Response& r, const TensorEnt
   shape[0] = rows;
   uint64_t failed = 0;
   Result res = allocated(r.dtype, shape, &failed);
-  if (res.outputBytes >= kAgreeMinBytes) {  // the same output size on every member
-    if (std::string error = agreeOnMemory(set, r, 1, res.outputBytes, failed); !error.empty()) return failedResult(error);
-  } else if (failed) {
-    outOfMemory(r, set.ranks()[comm.rank()], failed);
-  }
+  // The same output size on every member.
+  if (std::string error = checkMemory(set, r, res.outputBytes, failed); !error.empty()) return failedResult(error);
   allgatherv(comm, {e.input, res.output.get(), counts, r.dtype});
   bytesMoved_ += res.outputBytes;
   return res;
@@ -343,11 +344,7 @@ Result Operations::alltoall(ProcessSet& set, const Response& r, const TensorEntr
   // (the coordinator's firstDims), and no rank receives more than that.
   const uint64_t sent = static_cast<uint64_t>(std::accumulate(r.firstDims.begin(), r.firstDims.end(), int64_t{0})) *
                         static_cast<uint64_t>(row) * dataTypeSize(r.dtype);
-  if (sent >= kAgreeMinBytes) {
-    if (std::string error = agreeOnMemory(set, r, 1, sent, failed); !error.empty()) return failedResult(error);
-  } else if (failed) {
-    outOfMemory(r, set.ranks()[comm.rank()], failed);
-  }
+  if (std::string error = checkMemory(set, r, sent, failed); !error.empty()) return failedResult(error);
   ringfold::alltoall(comm, {e.input, res.output.get(), sendCounts, recvCounts, r.dtype});
   for (size_t v : recvRows) res.receivedSplits.push_back(static_cast<int64_t>(v));
   bytesMoved_ += res.outputBytes;
@@ -369,11 +366,7 @@ Result Operations::reducescatter(ProcessSet& set, const Response& r, const Tenso
   const size_t block = static_cast<size_t>(maxRows * row) * es;
   if (rows % n != 0 && !grow(staging_, stagingBytes_, block * (n + 1))) failed += block * (n + 1);
   const uint64_t inputBytes = static_cast<uint64_t>(rows * row) * es;  // the same on every member
-  if (inputBytes >= kAgreeMinBytes) {
-    if (std::string error = agreeOnMemory(set, r, 1, inputBytes, failed); !error.empty()) return failedResult(error);
-  } else if (failed) {
-    outOfMemory(r, set.ranks()[comm.rank()], failed);
-  }
+  if (std::string error = checkMemory(set, r, inputBytes, failed); !error.empty()) return failedResult(error);
   if (rows % n == 0) {
     reduceScatter(comm, {e.input, res.output.get(), static_cast<size_t>(rows / n * row), r.dtype,
                          r.reduceOp, r.preScale, r.postScale});
@@ -382,10 +375,11 @@ Result Operations::reducescatter(ProcessSet& set, const Response& r, const Tenso
     const auto* in = static_cast<const std::byte*>(e.input);
     int64_t start = 0;
     for (int q = 0; q < n; ++q) {
-      const size_t mine = static_cast<size_t>(reducescatterRows(rows, q, n) * row) * es;
-      std::memcpy(staging + q * block, in + static_cast<size_t>(start * row) * es, mine);
-      std::memset(staging + q * block + mine, 0, block - mine);  // the padding rows
-      start += reducescatterRows(rows, q, n);
+      const int64_t mine = reducescatterRows(rows, q, n);
+      const size_t bytes = static_cast<size_t>(mine * row) * es;
+      std::memcpy(staging + q * block, in + static_cast<size_t>(start * row) * es, bytes);
+      std::memset(staging + q * block + bytes, 0, block - bytes);  // the padding rows
+      start += mine;
     }
     std::byte* out = staging + n * block;
     reduceScatter(comm, {staging, out, static_cast<size_t>(maxRows * row), r.dtype, r.reduceOp,

@@ -79,8 +79,10 @@ class Operations {
   // the batch headed by `head`, of `batchBytes`; returns the error they all report, or "".
   std::string agreeOnMemory(ProcessSet& set, const Response& head, size_t fused, uint64_t batchBytes,
                             uint64_t failedBytes);
-  // Grows the fusion buffer to `bytes`; false (keeping what it had) when that cannot be allocated.
-  bool growFusion(size_t bytes);
+  // One tensor's batch of `batchBytes`, of which this rank failed to allocate `failedBytes`:
+  // agreeOnMemory() from kAgreeMinBytes on; below it, a failure stops the engine on this rank
+  // (throws). Returns the error every member reports, or "".
+  std::string checkMemory(ProcessSet& set, const Response& r, uint64_t batchBytes, uint64_t failedBytes);
   bool tracing() const;
   void activity(const std::vector<const Response*>& members, const char* name);
   void activityEnd(const std::vector<const Response*>& members);
