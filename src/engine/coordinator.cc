@@ -84,8 +84,6 @@ bool Coordinator::add(const Request& request, Clock::time_point now) {
   ++entry.submitted;
   if (request.op == OpType::kJoin && !joined_[request.rank]) {
     joined_[request.rank] = true;
-    ++joinedCount_;
-    lastJoined_ = request.rank;
     joinOrder_.push_back(request.rank);
   }
   return inserted;
@@ -104,9 +102,7 @@ bool Coordinator::withdraw(int rank, const std::string& name) {
   }
   if (op == OpType::kJoin && joined_[rank]) {
     joined_[rank] = false;
-    --joinedCount_;
     std::erase(joinOrder_, rank);
-    lastJoined_ = joinOrder_.empty() ? -1 : joinOrder_.back();
   }
   Response res;
   res.op = OpType::kCancel;
@@ -170,8 +166,6 @@ std::vector<Response> Coordinator::takeReady() {
   for (const Response& r : out) {
     if (r.op == OpType::kJoin && !r.error) {
       std::fill(joined_.begin(), joined_.end(), false);
-      joinedCount_ = 0;
-      lastJoined_ = -1;
       joinOrder_.clear();
     }
   }
@@ -301,7 +295,7 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
       }
       break;
     case OpType::kJoin:
-      res.lastJoinedRank = lastJoined_;
+      res.lastJoinedRank = joinOrder_.empty() ? -1 : joinOrder_.back();
       break;
     case OpType::kAddProcessSet: {
       if (!allEqual(byRank, [](const Request& r) { return r.shape; })) {

@@ -86,9 +86,7 @@ class Coordinator {
   std::unordered_map<std::string, Entry> entries_;
   std::vector<std::string> order_;  // names in first-submission order
   std::vector<bool> joined_;
-  int joinedCount_ = 0;
-  int lastJoined_ = -1;
-  std::vector<int> joinOrder_;         // ranks joined so far, in order (a withdrawn join leaves)
+  std::vector<int> joinOrder_;       // ranks joined so far, in order (a withdrawn join leaves)
   std::vector<Response> withdrawn_;  // kCancel responses for the next takeReady()
 };
 
