@@ -540,11 +540,10 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
         // This rank has not submitted it (a stall shutdown, typically: this rank stopped
         // submitting). Say so now, in bounded time, and fail its submission when it comes. (A
         // joined rank will not submit it: the error was about the others.)
-        if (!set.joining()) {
+        if (set.recordFailure(r)) {
           RF_LOG(kError) << r.errorMessage << " [this rank has not submitted '" << r.name
                          << "'; when it does, that call fails with this error]";
         }
-        set.recordFailure(r);
       }
       continue;
     }

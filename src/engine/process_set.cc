@@ -41,9 +41,10 @@ std::optional<std::string> ProcessSet::takeFailure(const std::string& name) {
   return message;
 }
 
-void ProcessSet::recordFailure(const Response& response) {
-  if (joining()) return;
+bool ProcessSet::recordFailure(const Response& response) {
+  if (joining()) return false;
   failures_[response.name] = response.errorMessage;
+  return true;
 }
 
 bool ProcessSet::joining() const {

@@ -103,8 +103,9 @@ class ProcessSet {
   // otherwise it runs as agreed.
   std::optional<TensorEntry> cancel(Handle handle, bool* found);
   // Remembers an error response for a name this rank has not submitted yet, unless this rank
-  // has joined (it will not submit it: the error was about the ranks that did).
-  void recordFailure(const Response& response);
+  // has joined (it will not submit it: the error was about the ranks that did). Returns
+  // whether it was remembered.
+  bool recordFailure(const Response& response);
   // After a join completed: every rank is in step again, so earlier remembered errors are stale.
   void forgetFailures() { failures_.clear(); }
   // True while this rank has a join pending in this set.
