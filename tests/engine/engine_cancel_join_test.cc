@@ -53,9 +53,15 @@ void waitFor(const std::atomic<bool>& flag) {
   if (!flag) throw std::runtime_error("the other rank did not get there within 10 s");
 }
 
-// Long enough for the engine (0.5 ms cycles) to report a new tensor to the coordinator, so the
-// cancel below has to withdraw it there rather than just drop it from the queue.
-void letItBeReported() { std::this_thread::sleep_for(200ms); }
+// Cancels `h` once the engine (0.5 ms cycles) has had long enough to report it to the
+// coordinator, so the cancel has to withdraw it there rather than just drop it from the queue;
+// expects it cancelled, then sets `cancelled` for the ranks waiting on it (waitFor).
+void cancelReported(Engine& e, Handle h, std::atomic<bool>& cancelled) {
+  std::this_thread::sleep_for(200ms);
+  e.cancel(h);
+  expectCancelled(e, h);
+  cancelled = true;
+}
 
 // ringfold_cancel on a tensor only this rank submitted: it was reported, nobody else will ever
 // match it, and it must complete as cancelled; afterwards the name is free and the coordinator
@@ -65,11 +71,7 @@ TEST(EngineCancel, ReportedTensorOnlyThisRankSubmittedIsCancelled) {
   auto errors = runEngines(2, [&](Engine& e, int rank) {
     std::vector<float> in(4, 1.0f), out(4, 0.0f);
     if (rank == 0) {
-      Handle h = e.enqueue(allreduceArgs("lonely", in, out));
-      letItBeReported();
-      e.cancel(h);
-      expectCancelled(e, h);
-      cancelled = true;
+      cancelReported(e, e.enqueue(allreduceArgs("lonely", in, out)), cancelled);
     } else {
       waitFor(cancelled);
     }
@@ -89,10 +91,7 @@ TEST(EngineCancel, WithdrawnRequestLeavesTheOthersWaiting) {
     Handle h = 0;
     if (rank < 2) h = e.enqueue(allreduceArgs("x", in, out));
     if (rank == 1) {
-      letItBeReported();
-      e.cancel(h);
-      expectCancelled(e, h);
-      cancelled = true;
+      cancelReported(e, h, cancelled);
     } else {
       waitFor(cancelled);
     }
@@ -117,11 +116,7 @@ TEST(EngineCancel, CancelledJoinNoLongerCountsAsJoined) {
   std::atomic<bool> cancelled{false};
   auto errors = runEngines(2, [&](Engine& e, int rank) {
     if (rank == 0) {
-      Handle h = e.join();
-      letItBeReported();
-      e.cancel(h);
-      expectCancelled(e, h);
-      cancelled = true;
+      cancelReported(e, e.join(), cancelled);
     } else {
       waitFor(cancelled);
     }
