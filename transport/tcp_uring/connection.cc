@@ -88,7 +88,7 @@ void PeerLink::start() {
 // ---- sending ------------------------------------------------------------------------------
 
 void PeerLink::postSend(RequestState& r) {
-  if (gone_) return engine_.poisonIo(rank_, failure());
+  if (gone_) return poisonGone();
   const Tuning& t = engine_.tuning();
   size_t chunks = 1;
   if (r.length >= t.stripeMinBytes && sockets_.size() > 1) {
@@ -382,25 +382,24 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
 void PeerLink::onSocketDown(SocketState& s, int res) {
   s.down = true;
   bool midFrame = s.direct != nullptr || s.begin != s.end || s.stalled;
-  if (downRes_ == 1) {  // the first: what the error will say (failure())
+  if (downRes_ == 1) {  // the first: what the error will say (poisonGone())
     downRes_ = res;
     downSocket_ = s.index;
     downMidFrame_ = midFrame;
   }
   bool all = std::all_of(sockets_.begin(), sockets_.end(), [](auto& x) { return x->down; });
   if (res < 0 || all || midFrame) gone_ = true;
-  if (midFrame || (gone_ && hasPendingWork())) engine_.poisonIo(rank_, failure());
+  if (midFrame || (gone_ && hasPendingWork())) poisonGone();
 }
 
 // Built when a request fails, not when a socket closes: a peer that finished closes its sockets
-// at every job's end, and looking its process up may take a moment (liveness.h).
-const std::string& PeerLink::failure() {
-  if (failure_.empty()) {
-    const int res = downRes_ == 1 ? 0 : downRes_;
-    failure_ = connectionDownText(rank_, res, downMidFrame_, downSocket_, sockets_.size(), pid_,
-                                  hostUnreachable(res) && engine_.othersUnacknowledged(*this));
-  }
-  return failure_;
+// at every job's end, and looking its process up may take a moment (liveness.h). Not built at
+// all once the engine has failed: poisonIo would drop it (the first error stands).
+void PeerLink::poisonGone() {
+  if (engine_.poisoned()) return;
+  const int res = downRes_ == 1 ? 0 : downRes_;
+  engine_.poisonIo(rank_, connectionDownText(rank_, res, downMidFrame_, downSocket_, sockets_.size(), pid_,
+                                             hostUnreachable(res) && engine_.othersUnacknowledged(*this)));
 }
 
 PeerLink::Unacknowledged PeerLink::unacknowledged() const {
@@ -580,7 +579,7 @@ void PeerLink::finishIfComplete(Inbound* m) {
 void PeerLink::postRecv(RequestState& r) {
   auto it = std::find_if(unexpected_.begin(), unexpected_.end(), [&](Inbound* m) { return m->tag == r.tag; });
   if (it == unexpected_.end()) {
-    if (gone_) return engine_.poisonIo(rank_, failure());
+    if (gone_) return poisonGone();
     posted_.push_back(&r);
     return;
   }

@@ -129,8 +129,9 @@ class PeerLink {
   void resumeStalled();
   void protocolError(const SocketState& s, const std::string& what);
   void onSocketDown(SocketState& s, int res);
-  // Why the link failed, for errors: built when first needed (it may look the peer's process up).
-  const std::string& failure();
+  // Fails the engine with why the link went down (built only then: it may look the peer's
+  // process up).
+  void poisonGone();
   bool hasPendingWork() const;
 
   Engine& engine_;
@@ -149,7 +150,6 @@ class PeerLink {
   bool reportCopies_ = false;
   bool stalledAny_ = false;
   bool gone_ = false;          // the peer closed every socket, or reset one
-  std::string failure_;        // why, for requests that still need the peer (see failure())
   int downRes_ = 1;            // the first socket down: its recv result (0 closed, -errno), 1: none
   uint32_t downSocket_ = 0;
   bool downMidFrame_ = false;
