@@ -3,35 +3,26 @@
 #include "rendezvous/bootstrap.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
-#include "rendezvous/secret.h"
-#include "rendezvous/store.h"
 
 namespace ringfold::transport::tcp_uring {
-
-using Clock = std::chrono::steady_clock;
 
 void Socket::reset() {
   if (fd_ >= 0) ::close(fd_);
