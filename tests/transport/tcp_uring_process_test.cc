@@ -294,17 +294,21 @@ TEST(TcpUringProcesses, IoUringForbiddenIsExplained) {
 // ---- a connection that goes down while the peer's process lives on, or after it exited ----------
 
 enum class Cut { kReset, kClose, kExit };
+struct CutResult {
+  std::string what;  // rank 0's error
+  pid_t pid = 0;     // rank 1's
+};
 
 // Rank 1 is a forked process holding a plain mesh socket (connectMesh, no device); rank 0, here,
 // has a device and waits for a message rank 1 never sends. Rank 1 then resets its connection
 // (SO_LINGER 0) or closes it and lives on, or exits; rank 0's error must say which, naming rank
 // 1's pid: only a process that is gone "exited".
-std::string cutScenario(Cut cut) {
+CutResult cutScenario(Cut cut) {
   EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "1"}, {"RINGFOLD_TIMEOUT", "10"}};
   char tmpl[] = "/tmp/rf_cut_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   int go[2];
-  if (pipe(go) != 0) return "pipe failed";
+  if (pipe(go) != 0) return {"pipe failed"};
   const pid_t pid = fork();
   if (pid == 0) {
     close(go[1]);
@@ -355,20 +359,20 @@ std::string cutScenario(Cut cut) {
   waitpid(pid, nullptr, 0);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  return what + " {pid " + std::to_string(pid) + "}";
+  return {what, pid};
 }
 
 TEST(TcpUringProcesses, ResetWhileThePeerLivesIsNotCalledAnExit) {
-  const std::string what = cutScenario(Cut::kReset);
-  const std::string pid = what.substr(what.rfind("{pid ") + 5, what.size() - what.rfind("{pid ") - 6);
+  const auto [what, pid] = cutScenario(Cut::kReset);
   EXPECT_NE(what.find("connection to rank 1 reset"), std::string::npos) << what;
-  EXPECT_NE(what.find("the process of rank 1 (pid " + pid + ") is still running"), std::string::npos) << what;
+  EXPECT_NE(what.find("the process of rank 1 (pid " + std::to_string(pid) + ") is still running"), std::string::npos)
+      << what;
   EXPECT_NE(what.find("cut the connection"), std::string::npos) << what;
   EXPECT_EQ(what.find("exited"), std::string::npos) << what;
 }
 
 TEST(TcpUringProcesses, CloseWhileThePeerLivesIsNotCalledAnExit) {
-  const std::string what = cutScenario(Cut::kClose);
+  const std::string what = cutScenario(Cut::kClose).what;
   EXPECT_NE(what.find("connection to rank 1 closed"), std::string::npos) << what;
   EXPECT_NE(what.find("is still running"), std::string::npos) << what;
   EXPECT_EQ(what.find("exited"), std::string::npos) << what;
@@ -376,10 +380,9 @@ TEST(TcpUringProcesses, CloseWhileThePeerLivesIsNotCalledAnExit) {
 
 // The exited process is not reaped yet (a zombie) when rank 0 sees the connection close.
 TEST(TcpUringProcesses, PeerThatExitedIsCalledExited) {
-  const std::string what = cutScenario(Cut::kExit);
-  const std::string pid = what.substr(what.rfind("{pid ") + 5, what.size() - what.rfind("{pid ") - 6);
+  const auto [what, pid] = cutScenario(Cut::kExit);
   EXPECT_NE(what.find("connection to rank 1 closed"), std::string::npos) << what;
-  EXPECT_NE(what.find("the process of rank 1 (pid " + pid + ") exited"), std::string::npos) << what;
+  EXPECT_NE(what.find("the process of rank 1 (pid " + std::to_string(pid) + ") exited"), std::string::npos) << what;
   EXPECT_EQ(what.find("still running"), std::string::npos) << what;
 }
 
