@@ -6,8 +6,9 @@ Contract
     (pointer, dtype code, shape, device, stream) and calls `enqueue()`, passing `keep` (objects
     that must outlive the operation: the input and output buffers) and `finish(handle)`, a
     function run once the operation succeeded that returns what synchronize() returns.
-  * enqueue() returns an int handle; engine errors raise HorovodInternalError at once (bad
-    argument on this rank) or from synchronize() (disagreement between ranks, peer failure).
+  * enqueue() returns an int handle; engine errors raise at once (a bad argument on this rank:
+    InvalidArgumentError) or from synchronize() (disagreement between ranks, peer failure:
+    HorovodInternalError), as _lib.check() maps the library's status.
   * synchronize(handle) waits with the GIL released, in slices of a second so that Ctrl-C
     still interrupts it, then runs `finish` and releases the handle in every case. A handle is
     synchronized once; an unknown handle raises ValueError.

@@ -17,6 +17,7 @@ Contract
 import numbers
 
 from ringfold import _lib
+from ringfold.exceptions import InvalidArgumentError
 
 _ERRORS = {
     -1: 'ringfold has not been initialized',
@@ -160,7 +161,6 @@ def _root_in_set(process_set, root_rank, what):
     """The set-relative root the engine takes for Horovod's root_rank, a global rank (Horovod
     translates it the same way). A root outside the set raises InvalidArgumentError at once, as
     Horovod's "broadcast received invalid root rank"."""
-    from ringfold.exceptions import InvalidArgumentError
     set_id = process_set._id()
     ranks = process_set.ranks
     if ranks is None:
