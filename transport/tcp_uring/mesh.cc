@@ -16,7 +16,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -24,7 +23,6 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
@@ -37,16 +35,6 @@
 namespace ringfold::transport::tcp_uring {
 
 using Clock = std::chrono::steady_clock;
-
-std::string processIdentity() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  struct stat pidns {};
-  if (!(in >> boot) || boot.empty() || ::stat("/proc/self/ns/pid", &pidns) != 0) return "";
-  return detail::concat(static_cast<long long>(::getpid()), "@", boot, "/",
-                        static_cast<unsigned long long>(pidns.st_dev), ":",
-                        static_cast<unsigned long long>(pidns.st_ino));
-}
 
 namespace {
 
