@@ -222,7 +222,7 @@ class Mesh {
     if (peerPids != nullptr) {
       peerPids->assign(o_.size, 0);
       for (int p = 0; p < o_.size; ++p) {
-        if (p != o_.rank) (*peerPids)[p] = localPid(tokenOf(p).process, o_.processId);
+        if (p != o_.rank) (*peerPids)[p] = localPid(publishedAddress(p).process, o_.processId);
       }
     }
     return std::move(result_);
@@ -287,7 +287,7 @@ class Mesh {
 
   // The published address of `peer`, read from the store the first time (a lower rank that
   // connected to us published it before connecting).
-  const PeerAddress& tokenOf(int peer) {
+  const PeerAddress& publishedAddress(int peer) {
     for (auto& [p, a] : addresses_) {
       if (p == peer) return a;
     }
@@ -523,7 +523,7 @@ class Mesh {
       return;
     }
     Ack a{kHelloMagic, o_.rank, {}};
-    std::memcpy(a.token, tokenOf(h.rank).token.data(), kTokenBytes);
+    std::memcpy(a.token, publishedAddress(h.rank).token.data(), kTokenBytes);
     if (::send(p.sock.fd(), &a, sizeof(a), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(a))) {
       p.sock.reset();
       p.peer = -2;
