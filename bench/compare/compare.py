@@ -22,6 +22,7 @@ Every child runs in its own session under a timeout and is killed with its proce
 it overruns. Traffic goes only to 127.0.0.1 or to the 10.88.0.x addresses inside the namespaces.
 
   bench/compare/compare.py --build build --report compare.md
+  bench/compare/compare.py --build build --baseline ../base/build --only ringfold,base-ringfold
   sudo bench/compare/compare.py --build build --netns 4 --rate 1gbit --report netns.md
 """
 
@@ -205,6 +206,14 @@ class Systems:
                 self.names.append("mpi-shm")
         else:
             print("# Open MPI skipped: mpi_allreduce_perf or mpirun missing")
+        # --baseline: the same ringfold systems from another build ('base-' names), interleaved
+        # with this build's in one run, so a change is measured against its parent side by side.
+        self.base = os.path.abspath(args.baseline) if args.baseline else None
+        if self.base:
+            for x in ("ringfoldrun", os.path.join("bench", "all_reduce_perf")):
+                if not os.access(os.path.join(self.base, x), os.X_OK):
+                    sys.exit(f"--baseline: {os.path.join(self.base, x)} is missing or not executable")
+            self.names += ["base-" + x for x in self.names if x.startswith("ringfold")]
         if args.only:
             keep = set(args.only.split(","))
             self.names = [n for n in self.names if n in keep]
@@ -216,12 +225,15 @@ class Systems:
 
     def measure(self, name, nranks, size):
         args = self.common(size)
-        if name.startswith("ringfold"):
+        if name.startswith(("ringfold", "base-ringfold")):
             # The comparison is over TCP, as for Gloo and Open MPI: ringfold's default on one host
             # (Unix sockets between local ranks) is the separate 'ringfold-unix' system.
-            local = "unix" if name == "ringfold-unix" else "tcp"
-            cmd = [self.ringfoldrun, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "auto",
-                   os.path.join(self.bench, "all_reduce_perf")] + args
+            base = name.startswith("base-")
+            local = "unix" if name.endswith("ringfold-unix") else "tcp"
+            launcher = os.path.join(self.base, "ringfoldrun") if base else self.ringfoldrun
+            bench = os.path.join(self.base, "bench") if base else self.bench
+            cmd = [launcher, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "auto",
+                   os.path.join(bench, "all_reduce_perf")] + args
             return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}),
                            self.args.timeout)
         if name.startswith("gloo-"):
@@ -335,6 +347,8 @@ def loopback(args):
             head.append("unix/MPI")
         if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
             head.append("unix/MPI shm")
+        base_pairs = [x for x in systems.names if "base-" + x in systems.names]
+        head += [f"{x}/base" for x in base_pairs]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for size in sizes:
@@ -355,6 +369,7 @@ def loopback(args):
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi"]), 2))
             if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi-shm"]), 2))
+            cells += [fmt(ratio(med[x], med["base-" + x]), 2) for x in base_pairs]
             lines.append("| " + " | ".join(cells) + " |")
     small = sizes[0]
     if 2 in ranks:
@@ -545,6 +560,8 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build", help="build directory (holds ringfoldrun, bench/)")
     p.add_argument("--report", help="write the Markdown report here")
+    p.add_argument("--baseline", help="another build directory (e.g. of the parent commit): its ringfold "
+                                      "systems run interleaved as 'base-ringfold...', with a ratio column each")
     p.add_argument("--json", help="write the raw measurements here (loopback mode)")
     p.add_argument("--ranks", default="2,4", help="rank counts (loopback mode)")
     p.add_argument("--min-bytes", default="4K")

@@ -68,6 +68,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--report")
+    ap.add_argument("--baseline", help="another build directory (e.g. of the parent commit): every "
+                                       "configuration also runs from it, interleaved, as 'base-<name>'")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="rf_engine_compare_")
@@ -75,6 +77,10 @@ def main():
                ("unfused", {"RINGFOLD_FUSION_THRESHOLD": "0"}, []),
                ("fuse-all", {"RINGFOLD_FUSION_TENSOR_MAX_BYTES": "0"}, []),
                ("timeline", {"RINGFOLD_TIMELINE": os.path.join(tmp, "timeline.json")}, [])]
+    builds = {name: args.build for name, _, _ in configs}
+    if args.baseline:
+        configs += [("base-" + name, env, extra) for name, env, extra in configs]
+        builds.update({name: args.baseline for name, _, _ in configs if name.startswith("base-")})
     rows = []
     for model in WORKLOADS:
         samples = {name: [] for name, _, _ in configs}
@@ -82,12 +88,13 @@ def main():
         for rep in range(args.repeats):
             order = configs[rep % len(configs):] + configs[:rep % len(configs)]
             for name, env, extra in order:
-                ms, batches, cached = run(args.build, args.np, env, model, args.steps, extra)
+                ms, batches, cached = run(builds[name], args.np, env, model, args.steps, extra)
                 samples[name].append(ms)
                 info[name] = (batches, cached)
-        base = statistics.median(samples[configs[0][0]])
-        single = statistics.median(samples["single"])
         for name, _, _ in configs:
+            prefix = "base-" if name.startswith("base-") else ""
+            base = statistics.median(samples[prefix + "fused"])
+            single = statistics.median(samples[prefix + "single"])
             med = statistics.median(samples[name])
             rows.append((model, name, med, med / base, med / single, info[name][0], info[name][1]))
             print(f"{model:10s} {name:9s} median step {med:8.3f} ms  x{med / base:5.2f} of fused  "
@@ -95,11 +102,13 @@ def main():
                   flush=True)
     latencies = []
     for cycle in ("1", "0.1"):
-        out = launch(args.build, args.np, {"RINGFOLD_CYCLE_TIME": cycle},
-                     ["--tensors", "1", "--total", "64", "--steps", "1", "--warmup", "0", "--latency", "200"])
-        m = re.search(r"latency_4B median_us ([0-9.]+)\s+p90_us ([0-9.]+)", out)
-        latencies.append((cycle, float(m.group(1)), float(m.group(2))))
-        print(f"4-byte allreduce, cycle {cycle} ms: median {m.group(1)} us, p90 {m.group(2)} us", flush=True)
+        for label, build in [("", args.build)] + ([("base ", args.baseline)] if args.baseline else []):
+            out = launch(build, args.np, {"RINGFOLD_CYCLE_TIME": cycle},
+                         ["--tensors", "1", "--total", "64", "--steps", "1", "--warmup", "0", "--latency", "200"])
+            m = re.search(r"latency_4B median_us ([0-9.]+)\s+p90_us ([0-9.]+)", out)
+            latencies.append((label, cycle, float(m.group(1)), float(m.group(2))))
+            print(f"{label}4-byte allreduce, cycle {cycle} ms: median {m.group(1)} us, p90 {m.group(2)} us",
+                  flush=True)
     if args.report:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.report, "w") as f:
@@ -113,8 +122,8 @@ def main():
             for model, name, med, ratio, vs_single, batches, cached in rows:
                 f.write(f"| {model} | {name} | {med:.1f} | {ratio:.2f} | {vs_single:.2f} | {batches:.1f} | {cached:.2f} |\n")
             f.write("\nEnqueue-to-completion of a 4-byte allreduce (median of 200, after the previous one completed):\n\n")
-            for cycle, med, p90 in latencies:
-                f.write(f"- cycle time {cycle} ms: median {med:.0f} us, p90 {p90:.0f} us\n")
+            for label, cycle, med, p90 in latencies:
+                f.write(f"- {label}cycle time {cycle} ms: median {med:.0f} us, p90 {p90:.0f} us\n")
     return 0
 
 
