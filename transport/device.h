@@ -6,14 +6,23 @@
 //     "<prefix>/addr/<rank>", reads each peer's, and returns `size` entries with nullptr at
 //     `rank`. It returns when every connection is up, or throws (IoError / TimeoutError naming
 //     the rank that did not connect) once `timeout` passes.
+//   * connectAll(spec) connects exactly the peers spec.peers selects (empty: all of them); the
+//     returned vector has `size` entries, nullptr for `rank` and for every peer not selected.
+//     Two devices of one communicator connect under different prefixes.
 //   * abort(kind, message) poisons the device: every pending and later request on every
 //     connection fails with an error of `kind` carrying `message`, and each connected peer is
 //     told, so that its requests fail the same way within a bounded time instead of hanging.
 //     The first abort wins; later ones are ignored. A peer's abort poisons this device likewise.
+//   * abortReason() is the error every pending and later request fails with once the device is
+//     aborted or poisoned (null before). progress() drives completions once without blocking.
+//     setWaitHook(h): h is called at least every ~1 ms from inside any blocking wait on this
+//     device's requests (a composite device drives its other backends from it).
 //   * Backends: tcp_uring/ (processes, TCP via io_uring) and loopback/ (ranks as threads).
 #pragma once
 
 #include <chrono>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,23 +41,55 @@ enum class ErrorKind : uint8_t { kIo = 0, kMismatch = 1, kInvalidArgument = 2 };
 // Throws the exception that `kind` names, with `message` (and `peerRank` for kIo).
 [[noreturn]] void throwError(ErrorKind kind, int peerRank, const std::string& message);
 
+// Which peers a device connects, and how (see connectAll).
+struct ConnectSpec {
+  rendezvous::Store* store = nullptr;
+  std::string prefix;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::vector<bool> peers;  // by rank: connect it; empty: every peer (rank's own entry is ignored)
+};
+
 class Device {
  public:
   virtual ~Device() = default;
   virtual const char* name() const = 0;
+  // Default: the 5-argument form when spec.peers is empty, InvalidArgument otherwise.
+  virtual std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec);
+  // Builds a ConnectSpec for every peer. (Virtual only until loopback overrides the spec form.)
   virtual std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store,
                                                               const std::string& prefix, int rank,
                                                               int size,
-                                                              std::chrono::milliseconds timeout) = 0;
+                                                              std::chrono::milliseconds timeout);
   virtual std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t size) = 0;
   virtual void abort(ErrorKind kind, const std::string& message) = 0;
   // True once abort() was called here or by a peer.
   virtual bool aborted() const = 0;
+  // The error pending and later requests fail with; null while the device works.
+  virtual std::exception_ptr abortReason() const { return nullptr; }
+  // Drives this device's progress once without blocking.
+  virtual void progress() {}
+  // Called at least every ~1 ms from inside a blocking wait on this device's requests (null:
+  // none). A backend that blocks in the kernel caps its blocking slices while a hook is set.
+  virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
 };
 
-// Creates the backend named by `name` ("tcp_uring" or "loopback"); an empty name reads
-// RINGFOLD_TRANSPORT. Throws InvalidArgument naming the backend if it is unknown or not built,
-// and Error explaining why if it cannot run here (e.g. io_uring disabled by the kernel).
+// What a backend may need from its creator (all optional).
+struct DeviceConfig {
+  // The rendezvous store's host (the launcher's RINGFOLD_STORE_ADDR or the bootstrap's derived
+  // one): TCP backends listen on the interface that reaches it. Empty: 127.0.0.1 unless
+  // RINGFOLD_SOCKET_IFNAME says otherwise.
+  std::string storeAddress;
+  // An IPv4 address to listen on, overriding the interface selection (empty: select).
+  std::string listenAddress;
+};
+
+// Creates the backend named by `name` ("tcp_uring", "unix_uring": tcp_uring over Unix sockets
+// between same-host ranks, or "loopback"); an empty name reads RINGFOLD_TRANSPORT. Throws
+// InvalidArgument naming the backend if it is unknown or not built, and Error explaining why if
+// it cannot run here (e.g. io_uring disabled by the kernel).
+std::unique_ptr<Device> createDevice(const std::string& name, const DeviceConfig& config);
 std::unique_ptr<Device> createDevice(const std::string& name = "");
 
 }  // namespace ringfold::transport

@@ -32,7 +32,27 @@ void throwError(ErrorKind kind, int peerRank, const std::string& message) {
   throw IoError(peerRank, message);
 }
 
-std::unique_ptr<Device> createDevice(const std::string& requested) {
+std::vector<std::unique_ptr<Connection>> Device::connectAll(const ConnectSpec& spec) {
+  RF_ENFORCE(spec.store != nullptr, "connectAll: no store");
+  if (!spec.peers.empty()) RF_THROW(InvalidArgument, "backend ", name(), " cannot connect a subset of peers");
+  return connectAll(*spec.store, spec.prefix, spec.rank, spec.size, spec.timeout);
+}
+
+std::vector<std::unique_ptr<Connection>> Device::connectAll(rendezvous::Store& store, const std::string& prefix,
+                                                            int rank, int size, std::chrono::milliseconds timeout) {
+  ConnectSpec spec;
+  spec.store = &store;
+  spec.prefix = prefix;
+  spec.rank = rank;
+  spec.size = size;
+  spec.timeout = timeout;
+  return connectAll(spec);
+}
+
+std::unique_ptr<Device> createDevice(const std::string& requested) { return createDevice(requested, DeviceConfig{}); }
+
+std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceConfig& config) {
+  (void)config;
   std::string name = requested.empty() ? params::kTransport.str() : requested;
   if (name == "loopback") return loopback::createDevice();
   if (name == "tcp_uring" || name == "tcp") {
