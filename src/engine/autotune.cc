@@ -329,10 +329,7 @@ TunableSettings Autotuner::propose() {
   // maximum likelihood on a grid: deterministic, 3 tiny Cholesky factorisations). The ladder
   // stops at 0.2 of the box: flat early scores make the likelihood prefer a long scale, under
   // which the model believes a few corner trials have seen the whole box, so EI hugs the edges
-  // and never finds a narrow peak. Measured on a synthetic peak ~1/10 of the box wide at
-  // (3 MiB, 2.5 ms), +-10% noise: with a ladder up to 1.0 and no floor, 20 trials reached 90% of
-  // the peak in 16 of 20 seeds (worst: the floor value, peak never found); with this ladder and
-  // the floor, in 50 of 50 (worst 0.90). Wide smooth optima: mean 0.98 of peak either way.
+  // and never finds a narrow peak (the figures on a synthetic peak are in docs/engine.md).
   const GaussianProcess* model = nullptr;
   std::vector<GaussianProcess> fits;
   fits.reserve(kLengthScales.size());
