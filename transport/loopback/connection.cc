@@ -1,5 +1,6 @@
 #include "transport/loopback/connection.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -77,7 +78,15 @@ class RecvRequest final : public Request {
         if (!self_->failure) self_->failure = error;
         std::rethrow_exception(error);
       }
-      self_->cv.wait_until(lock, deadline);
+      if (!self_->waitHook) {
+        self_->cv.wait_until(lock, deadline);
+        continue;
+      }
+      self_->cv.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)));
+      auto hook = self_->waitHook;
+      lock.unlock();
+      hook();  // may abort this device (a composite spreading a peer's abort)
+      lock.lock();
     }
   }
 
@@ -115,7 +124,12 @@ void checkBounds(const transport::MemoryRegion& region, size_t offset, size_t le
 bool Group::abort(ErrorKind k, const std::string& text, int origin) {
   std::vector<std::weak_ptr<Endpoint>> toWake;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
+    if (mergedInto) {
+      auto target = mergedInto;
+      lock.unlock();
+      return target->abort(k, text, origin);
+    }
     if (aborted.load()) return false;
     kind = k;
     message = text;
@@ -130,6 +144,35 @@ bool Group::abort(ErrorKind k, const std::string& text, int origin) {
     }
   }
   return true;
+}
+
+void Group::absorb(const std::shared_ptr<Group>& self, const std::shared_ptr<Group>& other) {
+  if (other == self) return;
+  std::vector<std::weak_ptr<Endpoint>> moved;
+  bool otherAborted = false;
+  ErrorKind otherKind = ErrorKind::kIo;
+  std::string otherMessage;
+  int otherOrigin = -1;
+  {
+    std::lock_guard<std::mutex> lock(other->mu);
+    moved.swap(other->members);
+    other->mergedInto = self;
+    otherAborted = other->aborted.load();
+    otherKind = other->kind;
+    otherMessage = other->message;
+    otherOrigin = other->originRank;
+  }
+  for (auto& weak : moved) {
+    if (auto ep = weak.lock()) {
+      std::lock_guard<std::mutex> lock(ep->mu);
+      ep->group = self;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    members.insert(members.end(), moved.begin(), moved.end());
+  }
+  if (otherAborted) abort(otherKind, otherMessage, otherOrigin);
 }
 
 std::exception_ptr Endpoint::poisonLocked(int peer) const {

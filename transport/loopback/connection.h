@@ -3,8 +3,9 @@
 // Vocabulary
 //   endpoint : one device's mailbox. It holds, per (source rank, tag), the receives posted here
 //              and the messages that arrived before their receive (copied into a buffer).
-//   group    : the devices joined by connectAll (every member adopts rank 0's group). It holds
-//              the abort reason: the first abort in the group wins and poisons every member.
+//   group    : the devices joined by connectAll, directly or through each other (connectAll
+//              merges the groups of the peers it connects into its own). It holds the abort
+//              reason: the first abort in the group wins and poisons every member.
 //   failure  : a local error (timeout, check mismatch) poisons only this endpoint; later
 //              requests here throw it. An abort reason, when there is one, takes precedence.
 //
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,9 +42,13 @@ struct Group {
   std::string message;  // written once, before `aborted` is set
   int originRank = -1;
   std::vector<std::weak_ptr<Endpoint>> members;
+  std::shared_ptr<Group> mergedInto;  // set once merged: aborts go there
 
   // First abort wins; wakes every member's waiters. Returns false if already aborted.
   bool abort(ErrorKind kind, const std::string& message, int originRank);
+  // Moves every member of `other` into this group (its abort, if any, comes along). Callers
+  // serialise merges (the device registry's lock).
+  void absorb(const std::shared_ptr<Group>& self, const std::shared_ptr<Group>& other);
 };
 
 // One posted receive.
@@ -62,8 +68,9 @@ struct Endpoint {
   int rank = -1;
   std::mutex mu;
   std::condition_variable cv;
-  std::shared_ptr<Group> group;   // replaced by rank 0's in connectAll, before any traffic
+  std::shared_ptr<Group> group;   // replaced when connectAll merges groups
   std::exception_ptr failure;     // first local failure (see above)
+  std::function<void()> waitHook;  // Device::setWaitHook: called unlocked, every ~1 ms of a wait
 
   struct Message {
     std::vector<std::byte> bytes;

@@ -48,28 +48,31 @@ class LoopbackDevice final : public Device {
 
   const char* name() const override { return "loopback"; }
 
-  std::vector<std::unique_ptr<transport::Connection>> connectAll(
-      rendezvous::Store& store, const std::string& prefix, int rank, int size,
-      std::chrono::milliseconds timeout) override {
+  using transport::Device::connectAll;
+  std::vector<std::unique_ptr<transport::Connection>> connectAll(const ConnectSpec& spec) override {
     RF_ENFORCE(!connected_, "loopback: connectAll may be called once per device");
+    RF_ENFORCE(spec.store != nullptr, "loopback: connectAll needs a store");
+    const int rank = spec.rank, size = spec.size;
     RF_ENFORCE(size >= 1 && rank >= 0 && rank < size, "loopback: rank ", rank, " of ", size);
+    RF_ENFORCE(spec.peers.empty() || spec.peers.size() == static_cast<size_t>(size), "loopback: ",
+               spec.peers.size(), " peer flags for ", size, " ranks");
     connected_ = true;
     endpoint_->rank = rank;
-    auto keyOf = [&](int r) { return detail::concat(prefix, "/addr/", r); };
-    store.setString(keyOf(rank), endpoint_->address);
+    auto keyOf = [&](int r) { return detail::concat(spec.prefix, "/addr/", r); };
+    spec.store->setString(keyOf(rank), endpoint_->address);
 
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
     std::vector<std::shared_ptr<Endpoint>> peers(size);
     for (int p = 0; p < size; ++p) {
-      if (p == rank) continue;
+      if (p == rank || (!spec.peers.empty() && !spec.peers[p])) continue;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       std::string address;
       try {
-        address = store.getString(keyOf(p), std::max(left, std::chrono::milliseconds(0)));
+        address = spec.store->getString(keyOf(p), std::max(left, std::chrono::milliseconds(0)));
       } catch (const TimeoutError&) {
         RF_THROW(TimeoutError, "loopback: rank ", p, " did not publish its address (", keyOf(p),
-                 ") within ", timeout.count(), " ms");
+                 ") within ", spec.timeout.count(), " ms");
       }
       {
         auto& reg = registry();
@@ -82,20 +85,27 @@ class LoopbackDevice final : public Device {
                  "' is not a live loopback device of this process (loopback joins threads of one "
                  "process only; use tcp_uring between processes)");
       }
+      if (firstPeer_ < 0) firstPeer_ = p;
     }
-    // Every member adopts rank 0's group, so one abort poisons them all.
-    if (rank != 0) {
-      std::shared_ptr<Group> group = peers[0]->group;  // rank 0 never replaces its group
-      {
-        std::lock_guard<std::mutex> lock(group->mu);
-        group->members.push_back(endpoint_);
+    // Devices joined directly or through each other share one group, so one abort poisons them
+    // all; the registry's lock serialises the merges.
+    {
+      auto& reg = registry();
+      std::lock_guard<std::mutex> lock(reg.mu);
+      for (auto& peer : peers) {
+        if (!peer) continue;
+        std::shared_ptr<Group> theirs;
+        {
+          std::lock_guard<std::mutex> peerLock(peer->mu);
+          theirs = peer->group;
+        }
+        auto mine = group();
+        mine->absorb(mine, theirs);
       }
-      std::lock_guard<std::mutex> lock(endpoint_->mu);
-      endpoint_->group = std::move(group);
     }
     std::vector<std::unique_ptr<transport::Connection>> out(size);
     for (int p = 0; p < size; ++p) {
-      if (p != rank) out[p] = std::make_unique<Connection>(endpoint_, peers[p], p);
+      if (peers[p]) out[p] = std::make_unique<Connection>(endpoint_, peers[p], p);
     }
     return out;
   }
@@ -110,6 +120,19 @@ class LoopbackDevice final : public Device {
 
   bool aborted() const override { return group()->aborted.load(std::memory_order_acquire); }
 
+  std::exception_ptr abortReason() const override {
+    std::lock_guard<std::mutex> lock(endpoint_->mu);
+    return endpoint_->poisonLocked(firstPeer_);
+  }
+
+  // Sends copy straight into the receiver and receives complete when copied: nothing to drive.
+  void progress() override {}
+
+  void setWaitHook(std::function<void()> hook) override {
+    std::lock_guard<std::mutex> lock(endpoint_->mu);
+    endpoint_->waitHook = std::move(hook);
+  }
+
  private:
   std::shared_ptr<Group> group() const {
     std::lock_guard<std::mutex> lock(endpoint_->mu);
@@ -118,6 +141,7 @@ class LoopbackDevice final : public Device {
 
   std::shared_ptr<Endpoint> endpoint_;
   bool connected_ = false;
+  int firstPeer_ = -1;  // the rank an abort reason blames when this device started the abort
 };
 
 }  // namespace
