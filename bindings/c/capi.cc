@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <new>
@@ -151,37 +150,6 @@ class Library {
 
 Library gLibrary;
 
-DataType toDataType(int code) {
-  if (code < 0 || code >= kNumDataTypes) {
-    invalid(concat("unknown dtype code ", code, " (expected RINGFOLD_INT8 (0) to RINGFOLD_BOOL (", RINGFOLD_BOOL,
-                   "))"));
-  }
-  return static_cast<DataType>(code);
-}
-
-// Checks shape/ndim; *bytes receives the tensor's size.
-std::vector<int64_t> toShape(const int64_t* shape, int ndim, DataType dtype, size_t* bytes) {
-  if (ndim < 0 || ndim > kMaxDims) invalid(concat("ndim is ", ndim, "; it must be between 0 and ", kMaxDims));
-  if (ndim > 0 && shape == nullptr) invalid(concat("shape is NULL but ndim is ", ndim));
-  std::vector<int64_t> out(shape, shape + ndim);
-  // The product of the non-zero dimensions, in bytes, must fit in 63 bits (so no product the
-  // engine forms, in any order, overflows).
-  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dataTypeSize(dtype));
-  int64_t nonZero = 1;
-  bool empty = false;
-  for (int i = 0; i < ndim; ++i) {
-    if (out[i] < 0) invalid(concat("dimension ", i, " of shape ", engine::shapeString(out), " is negative"));
-    if (out[i] == 0) {
-      empty = true;
-      continue;
-    }
-    if (nonZero > limit / out[i]) invalid(concat("shape ", engine::shapeString(out), " is too large"));
-    nonZero *= out[i];
-  }
-  *bytes = empty ? 0 : static_cast<size_t>(nonZero) * dataTypeSize(dtype);
-  return out;
-}
-
 }  // namespace
 
 // ---- errors -------------------------------------------------------------------------------------
@@ -295,76 +263,26 @@ void shutdown() {
 
 // ---- arguments ----------------------------------------------------------------------------------
 
-thread_local void* EnqueueStream::current_ = nullptr;
-
-TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* shape, int ndim, int processSet,
-                      int device, size_t* bytes) {
+TensorArgs tensorArgs(OpType op, const ringfold_tensor_t& t, int processSet) {
   TensorArgs a;
   a.op = op;
-  a.dtype = toDataType(dtype);
-  a.shape = toShape(shape, ndim, a.dtype, bytes);
-  a.input = input;
+  a.dtype = engine::dataTypeFromCode(t.dtype);
+  if (t.ndim < 0 || t.ndim > kMaxDims) invalid(concat("ndim is ", t.ndim, "; it must be between 0 and ", kMaxDims));
+  if (t.ndim > 0 && t.shape == nullptr) invalid(concat("shape is NULL but ndim is ", t.ndim));
+  a.shape.assign(t.shape, t.shape + t.ndim);
+  a.input = t.data;
+  a.device = t.device;
+  a.stream = t.stream;
   a.processSet = processSet;
-  a.device = device;
-  a.stream = EnqueueStream::current();
-  if (*bytes > 0 && input == nullptr) invalid("input is NULL");
   return a;
 }
 
-ReduceOp toReduceOp(int horovodCode) {
-  switch (horovodCode) {
-    case RINGFOLD_OP_AVERAGE:
-      return ReduceOp::kAvg;
-    case RINGFOLD_OP_SUM:
-      return ReduceOp::kSum;
-    case RINGFOLD_OP_MIN:
-      return ReduceOp::kMin;
-    case RINGFOLD_OP_MAX:
-      return ReduceOp::kMax;
-    case RINGFOLD_OP_PRODUCT:
-      return ReduceOp::kProd;
-    case RINGFOLD_OP_ADASUM:
-      invalid("reduce op ADASUM (2) is not supported by ringfold; use SUM (1) or AVERAGE (0)");
-    default:
-      invalid(concat("unknown reduce op code ", horovodCode,
-                     " (expected Horovod's: 0 average, 1 sum, 3 min, 4 max, 5 product)"));
-  }
-}
-
-void requireReducible(const TensorArgs& a) {
-  if (!isReducible(a.dtype)) invalid(concat("dtype ", dataTypeName(a.dtype), " cannot be reduced"));
-}
-
-std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet,
-                                    const std::vector<int64_t>& shape) {
+std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet) {
   if (nsplits < 0) invalid(concat("nsplits is ", nsplits));
   if (nsplits == 0) return {};
-  int setSize = 0;
-  try {
-    setSize = processSet == 0 ? s.engine->size() : static_cast<int>(s.engine->processSetRanks(processSet).size());
-  } catch (const InvalidArgument&) {
-    invalid(concat("unknown process set ", processSet));
-  }
-  if (nsplits != setSize) {
-    invalid(concat("nsplits is ", nsplits, " but process set ", processSet, " has ", setSize,
-                   setSize == 1 ? " rank" : " ranks", ": pass one split per rank, or none (nsplits 0) for equal splits"));
-  }
+  s.engine->checkSplitCount(processSet, nsplits);
   if (splits == nullptr) invalid(concat("splits is NULL but nsplits is ", nsplits));
-  std::vector<int64_t> out(splits, splits + nsplits);
-  if (shape.empty()) return out;  // a scalar: the engine says alltoall needs a first dimension
-  const int64_t first = shape[0];
-  int64_t sum = 0;
-  for (int i = 0; i < nsplits; ++i) {
-    if (out[i] < 0) invalid(concat("splits[", i, "] is ", out[i], ": a split cannot be negative"));
-    if (out[i] > first) {
-      invalid(concat("splits add up to more than the first dimension ", first, ": splits[", i, "] alone is ", out[i]));
-    }
-    if (__builtin_add_overflow(sum, out[i], &sum)) {
-      invalid(concat("splits add up to more than the first dimension ", first, " (their sum does not fit in 64 bits)"));
-    }
-  }
-  if (sum > first) invalid(concat("splits add up to ", sum, ", more than the first dimension ", first));
-  return out;
+  return std::vector<int64_t>(splits, splits + nsplits);
 }
 
 void requireOut(const void* p, const char* what) {

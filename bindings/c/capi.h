@@ -116,33 +116,17 @@ void shutdown();
 
 // ---- arguments ------------------------------------------------------------------------------------
 
-// The CUDA stream of the tensor ringfold_enqueue is enqueuing, for tensorArgs() to pick up: the
-// *_async shorthands have no stream argument (their GPU tensors use the default stream), and
-// ringfold_enqueue calls them. Set for the scope of one ringfold_enqueue call on this thread.
-class EnqueueStream {
- public:
-  explicit EnqueueStream(void* stream) : saved_(current_) { current_ = stream; }
-  ~EnqueueStream() { current_ = saved_; }
-  EnqueueStream(const EnqueueStream&) = delete;
-  EnqueueStream& operator=(const EnqueueStream&) = delete;
-  static void* current() { return current_; }
+// The C ABI checks only what it must before it reads a caller's memory (array lengths, NULL
+// arrays) and translates codes; every check of the tensor itself is the engine's, done once in
+// Engine::enqueue (engine/tensor_args.h), with the messages the C ABI reports.
 
- private:
-  void* saved_;
-  static thread_local void* current_;
-};
-
-// Checks and converts the arguments every tensor operation has (dtype code, shape, input); the
-// caller adds the op-specific fields. *bytes receives the tensor's size.
-TensorArgs tensorArgs(OpType op, const void* input, int dtype, const int64_t* shape, int ndim, int processSet,
-                      int device, size_t* bytes);
-ReduceOp toReduceOp(int horovodCode);
-void requireReducible(const TensorArgs& a);
-// Alltoall's splits: nsplits (0, or the size of the process set) is checked before `splits` is
-// read, then each split against the first dimension of `shape` and their sum (checked
-// arithmetic). Returns the splits; throws InvalidArgument naming the argument.
-std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet,
-                                    const std::vector<int64_t>& shape);
+// The engine's arguments for tensor `t` of operation `op`: its dtype code translated
+// (engine::dataTypeFromCode), its shape read after ndim (0 to 64) and the pointer are checked,
+// data, device and stream as given. The caller adds the op-specific fields.
+TensorArgs tensorArgs(OpType op, const ringfold_tensor_t& t, int processSet);
+// Alltoall's splits: nsplits (0, or the size of the process set: Engine::checkSplitCount) is
+// checked before `splits` is read. Returns them; the engine checks their values.
+std::vector<int64_t> alltoallSplits(const Session& s, const int64_t* splits, int nsplits, int processSet);
 void requireOut(const void* p, const char* what);
 // `name`, or "<op>.noname.<n>" counted per (op, process set) since init or the set's last
 // completed join.

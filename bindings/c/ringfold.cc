@@ -32,11 +32,60 @@ int initOrLog(const char* fn, const int* ranks, int nranks, const int* psRanks, 
   return rc;
 }
 
-int enqueueOne(TensorArgs args, int64_t* handle) {
-  const Session s = require();
-  const Handle h = s.engine->enqueue(std::move(args));
-  *handle = encodeHandle(s, h);
-  return RINGFOLD_OK;
+OpType opTypeOf(int type) {
+  switch (type) {
+    case RINGFOLD_ALLREDUCE:
+      return OpType::kAllreduce;
+    case RINGFOLD_ALLGATHER:
+      return OpType::kAllgather;
+    case RINGFOLD_BROADCAST:
+      return OpType::kBroadcast;
+    case RINGFOLD_JOIN:
+      return OpType::kJoin;
+    case RINGFOLD_ALLTOALL:
+      return OpType::kAlltoall;
+    case RINGFOLD_BARRIER:
+      return OpType::kBarrier;
+    case RINGFOLD_REDUCESCATTER:
+      return OpType::kReducescatter;
+    default:
+      RF_THROW(ringfold::InvalidArgument, "unknown operation type ", type,
+               " (RINGFOLD_ALLREDUCE, _ALLGATHER, _BROADCAST, _JOIN, _ALLTOALL, _BARRIER or _REDUCESCATTER)");
+  }
+}
+
+// ringfold_enqueue's implementation, which the *_async shorthands call too; `fn` is the exported
+// function the error message names. Translates the structs into the engine's TensorArgs (codes,
+// and the caller's arrays after checking their lengths); the engine checks the tensor.
+int enqueue(const char* fn, const ringfold_op_t* op, const ringfold_tensor_t* input, const ringfold_tensor_t* output,
+            int64_t* handle) noexcept {
+  return enqueueGuard(fn, [&] {
+    requireOut(op, "op");
+    const Session s = require();
+    requireOut(handle, "handle");
+    const OpType type = opTypeOf(op->type);
+    if (type == OpType::kJoin || type == OpType::kBarrier) {  // no tensors: input may be NULL
+      const Handle h = type == OpType::kJoin ? s.engine->join(op->process_set) : s.engine->barrier(op->process_set);
+      *handle = encodeHandle(s, h);
+      return RINGFOLD_OK;
+    }
+    requireOut(input, "input");
+    if (output != nullptr) ringfold::engine::checkStream(output->stream, output->device);
+    TensorArgs a = tensorArgs(type, *input, op->process_set);
+    if (type == OpType::kAllreduce || type == OpType::kReducescatter) {
+      a.reduceOp = ringfold::engine::reduceOpFromHorovodCode(op->reduce_op);
+      a.preScale = op->prescale;
+      a.postScale = op->postscale;
+    }
+    if (type == OpType::kAllreduce || type == OpType::kBroadcast) {
+      a.output = output != nullptr ? const_cast<void*>(output->data) : nullptr;
+    }
+    if (type == OpType::kBroadcast) a.root = op->root;
+    if (type == OpType::kAlltoall) a.splits = alltoallSplits(s, op->splits, op->nsplits, op->process_set);
+    a.name = nameFor(op->name, type, op->process_set);
+    *handle = encodeHandle(s, s.engine->enqueue(std::move(a)));
+    return RINGFOLD_OK;
+  });
 }
 
 }  // namespace
@@ -159,23 +208,17 @@ RINGFOLD_API int horovod_stop_timeline(void) noexcept {
 
 // ---- collectives --------------------------------------------------------------------------------
 
+// The shorthands: each fills ringfold_enqueue's structs (no stream: GPU tensors use the default
+// stream) and calls its implementation. Grouped allreduce, several tensors at once, is the one
+// with a body of its own.
+
 RINGFOLD_API int ringfold_allreduce_async(const void* input, void* output, int dtype, const int64_t* shape, int ndim,
                                           const char* name, int reduce_op, double prescale, double postscale,
                                           int process_set, int device, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_allreduce_async", [&] {
-    require();
-    requireOut(handle, "handle");
-    size_t bytes = 0;
-    TensorArgs a = tensorArgs(OpType::kAllreduce, input, dtype, shape, ndim, process_set, device, &bytes);
-    requireReducible(a);
-    if (bytes > 0 && output == nullptr) RF_THROW(ringfold::InvalidArgument, "output is NULL");
-    a.output = output;
-    a.reduceOp = toReduceOp(reduce_op);
-    a.preScale = prescale;
-    a.postScale = postscale;
-    a.name = nameFor(name, a.op, process_set);
-    return enqueueOne(std::move(a), handle);
-  });
+  const ringfold_op_t op{RINGFOLD_ALLREDUCE, name, reduce_op, prescale, postscale, 0, nullptr, 0, process_set};
+  const ringfold_tensor_t in{input, dtype, shape, ndim, device, nullptr};
+  const ringfold_tensor_t out{output, dtype, shape, ndim, device, nullptr};
+  return enqueue("ringfold_allreduce_async", &op, &in, &out, handle);
 }
 
 RINGFOLD_API int ringfold_grouped_allreduce_async(int count, const void* const* inputs, void* const* outputs,
@@ -193,23 +236,20 @@ RINGFOLD_API int ringfold_grouped_allreduce_async(int count, const void* const* 
     requireOut(shapes, "shapes");
     requireOut(ndims, "ndims");
     requireOut(handles, "handles");
-    const ReduceOp op = toReduceOp(reduce_op);
+    const ReduceOp op = ringfold::engine::reduceOpFromHorovodCode(reduce_op);
     std::vector<TensorArgs> args;
     for (int i = 0; i < count; ++i) {
-      size_t bytes = 0;
       try {
-        TensorArgs a = tensorArgs(OpType::kAllreduce, inputs[i], dtypes[i], shapes[i], ndims[i], process_set,
-                                  device, &bytes);
-        requireReducible(a);
-        if (bytes > 0 && outputs[i] == nullptr) RF_THROW(ringfold::InvalidArgument, "output is NULL");
-        a.output = outputs[i];
-        a.reduceOp = op;
-        a.preScale = prescale;
-        a.postScale = postscale;
-        args.push_back(std::move(a));
+        const ringfold_tensor_t t{inputs[i], dtypes[i], shapes[i], ndims[i], device, nullptr};
+        args.push_back(tensorArgs(OpType::kAllreduce, t, process_set));
       } catch (const ringfold::InvalidArgument& e) {
-        RF_THROW(ringfold::InvalidArgument, "tensor ", i, ": ", e.what());
+        RF_THROW(ringfold::InvalidArgument, "tensor ", i, ": ", e.what());  // as Engine::enqueueGroup says it
       }
+      TensorArgs& a = args.back();
+      a.output = outputs[i];
+      a.reduceOp = op;
+      a.preScale = prescale;
+      a.postScale = postscale;
     }
     for (int i = 0; i < count; ++i) args[i].name = nameFor(names ? names[i] : nullptr, OpType::kAllreduce, process_set);
     const std::vector<Handle> hs = s.engine->enqueueGroup(std::move(args));
@@ -220,132 +260,58 @@ RINGFOLD_API int ringfold_grouped_allreduce_async(int count, const void* const* 
 
 RINGFOLD_API int ringfold_allgather_async(const void* input, int dtype, const int64_t* shape, int ndim,
                                           const char* name, int process_set, int device, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_allgather_async", [&] {
-    require();
-    requireOut(handle, "handle");
-    size_t bytes = 0;
-    TensorArgs a = tensorArgs(OpType::kAllgather, input, dtype, shape, ndim, process_set, device, &bytes);
-    a.name = nameFor(name, a.op, process_set);
-    return enqueueOne(std::move(a), handle);
-  });
+  const ringfold_op_t op{RINGFOLD_ALLGATHER, name, 0, 1.0, 1.0, 0, nullptr, 0, process_set};
+  const ringfold_tensor_t in{input, dtype, shape, ndim, device, nullptr};
+  return enqueue("ringfold_allgather_async", &op, &in, nullptr, handle);
 }
 
 RINGFOLD_API int ringfold_broadcast_async(const void* input, void* output, int dtype, const int64_t* shape, int ndim,
                                           int root, const char* name, int process_set, int device,
                                           int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_broadcast_async", [&] {
-    require();
-    requireOut(handle, "handle");
-    size_t bytes = 0;
-    TensorArgs a = tensorArgs(OpType::kBroadcast, input, dtype, shape, ndim, process_set, device, &bytes);
-    if (bytes > 0 && output == nullptr) RF_THROW(ringfold::InvalidArgument, "output is NULL");
-    a.output = output;
-    a.root = root;
-    a.name = nameFor(name, a.op, process_set);
-    return enqueueOne(std::move(a), handle);
-  });
+  const ringfold_op_t op{RINGFOLD_BROADCAST, name, 0, 1.0, 1.0, root, nullptr, 0, process_set};
+  const ringfold_tensor_t in{input, dtype, shape, ndim, device, nullptr};
+  const ringfold_tensor_t out{output, dtype, shape, ndim, device, nullptr};
+  return enqueue("ringfold_broadcast_async", &op, &in, &out, handle);
 }
 
 RINGFOLD_API int ringfold_alltoall_async(const void* input, int dtype, const int64_t* shape, int ndim,
                                          const int64_t* splits, int nsplits, const char* name, int process_set,
                                          int device, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_alltoall_async", [&] {
-    const Session s = require();
-    requireOut(handle, "handle");
-    size_t bytes = 0;
-    TensorArgs a = tensorArgs(OpType::kAlltoall, input, dtype, shape, ndim, process_set, device, &bytes);
-    a.splits = alltoallSplits(s, splits, nsplits, process_set, a.shape);
-    a.name = nameFor(name, a.op, process_set);
-    return enqueueOne(std::move(a), handle);
-  });
+  const ringfold_op_t op{RINGFOLD_ALLTOALL, name, 0, 1.0, 1.0, 0, splits, nsplits, process_set};
+  const ringfold_tensor_t in{input, dtype, shape, ndim, device, nullptr};
+  return enqueue("ringfold_alltoall_async", &op, &in, nullptr, handle);
 }
 
 RINGFOLD_API int ringfold_reducescatter_async(const void* input, int dtype, const int64_t* shape, int ndim,
                                               const char* name, int reduce_op, double prescale, double postscale,
                                               int process_set, int device, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_reducescatter_async", [&] {
-    require();
-    requireOut(handle, "handle");
-    size_t bytes = 0;
-    TensorArgs a = tensorArgs(OpType::kReducescatter, input, dtype, shape, ndim, process_set, device, &bytes);
-    requireReducible(a);
-    a.reduceOp = toReduceOp(reduce_op);
-    a.preScale = prescale;
-    a.postScale = postscale;
-    a.name = nameFor(name, a.op, process_set);
-    return enqueueOne(std::move(a), handle);
-  });
+  const ringfold_op_t op{RINGFOLD_REDUCESCATTER, name, reduce_op, prescale, postscale, 0, nullptr, 0, process_set};
+  const ringfold_tensor_t in{input, dtype, shape, ndim, device, nullptr};
+  return enqueue("ringfold_reducescatter_async", &op, &in, nullptr, handle);
 }
 
 RINGFOLD_API int ringfold_join_async(int process_set, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_join_async", [&] {
-    Session s = require();
-    requireOut(handle, "handle");
-    *handle = encodeHandle(s, s.engine->join(process_set));
-    return RINGFOLD_OK;
-  });
+  const ringfold_op_t op{RINGFOLD_JOIN, nullptr, 0, 1.0, 1.0, 0, nullptr, 0, process_set};
+  return enqueue("ringfold_join_async", &op, nullptr, nullptr, handle);
 }
 
 RINGFOLD_API int ringfold_barrier_async(int process_set, int64_t* handle) noexcept {
-  return enqueueGuard("ringfold_barrier_async", [&] {
-    Session s = require();
-    requireOut(handle, "handle");
-    *handle = encodeHandle(s, s.engine->barrier(process_set));
-    return RINGFOLD_OK;
-  });
+  const ringfold_op_t op{RINGFOLD_BARRIER, nullptr, 0, 1.0, 1.0, 0, nullptr, 0, process_set};
+  return enqueue("ringfold_barrier_async", &op, nullptr, nullptr, handle);
+}
+
+// The one entry point. Its structs differ from the shorthands' arguments only in that a zero
+// scale factor is taken as 1 (so a zeroed ringfold_op_t works).
+RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
+                                  const ringfold_tensor_t* output, int64_t* handle) noexcept {
+  if (op == nullptr) return enqueue("ringfold_enqueue", nullptr, input, output, handle);
+  ringfold_op_t o = *op;
+  if (o.prescale == 0.0) o.prescale = 1.0;
+  if (o.postscale == 0.0) o.postscale = 1.0;
+  return enqueue("ringfold_enqueue", &o, input, output, handle);
 }
 
 // ---- completion ---------------------------------------------------------------------------------
-
-RINGFOLD_API int ringfold_enqueue(const ringfold_op_t* op, const ringfold_tensor_t* input,
-                                  const ringfold_tensor_t* output, int64_t* handle) noexcept {
-  const int rc = guard("ringfold_enqueue", [&] {
-    requireOut(op, "op");
-    requireOut(handle, "handle");
-    const bool tensorless = op->type == RINGFOLD_JOIN || op->type == RINGFOLD_BARRIER;
-    if (!tensorless) requireOut(input, "input");
-    for (const ringfold_tensor_t* t : {input, output}) {
-      if (t && t->stream != nullptr && !ringfold::engine::deviceOpsBuilt()) {
-        RF_THROW(ringfold::InvalidArgument, "a CUDA stream was given, but this ringfold build has no CUDA support");
-      }
-      if (t && t->stream != nullptr && t->device == RINGFOLD_CPU_DEVICE) {
-        RF_THROW(ringfold::InvalidArgument, "a CUDA stream was given for a CPU tensor (device RINGFOLD_CPU_DEVICE)");
-      }
-    }
-    return RINGFOLD_OK;
-  });
-  if (rc != RINGFOLD_OK) return rc;
-  const EnqueueStream stream(input != nullptr ? input->stream : nullptr);  // read by tensorArgs()
-  const double pre = op->prescale == 0.0 ? 1.0 : op->prescale;
-  const double post = op->postscale == 0.0 ? 1.0 : op->postscale;
-  void* out = output ? const_cast<void*>(output->data) : nullptr;
-  switch (op->type) {
-    case RINGFOLD_ALLREDUCE:
-      return ringfold_allreduce_async(input->data, out, input->dtype, input->shape, input->ndim, op->name,
-                                      op->reduce_op, pre, post, op->process_set, input->device, handle);
-    case RINGFOLD_ALLGATHER:
-      return ringfold_allgather_async(input->data, input->dtype, input->shape, input->ndim, op->name,
-                                      op->process_set, input->device, handle);
-    case RINGFOLD_BROADCAST:
-      return ringfold_broadcast_async(input->data, out, input->dtype, input->shape, input->ndim, op->root, op->name,
-                                      op->process_set, input->device, handle);
-    case RINGFOLD_ALLTOALL:
-      return ringfold_alltoall_async(input->data, input->dtype, input->shape, input->ndim, op->splits, op->nsplits,
-                                     op->name, op->process_set, input->device, handle);
-    case RINGFOLD_REDUCESCATTER:
-      return ringfold_reducescatter_async(input->data, input->dtype, input->shape, input->ndim, op->name,
-                                          op->reduce_op, pre, post, op->process_set, input->device, handle);
-    case RINGFOLD_JOIN:
-      return ringfold_join_async(op->process_set, handle);
-    case RINGFOLD_BARRIER:
-      return ringfold_barrier_async(op->process_set, handle);
-    default:
-      return guard("ringfold_enqueue", [&]() -> int {
-        RF_THROW(ringfold::InvalidArgument, "unknown operation type ", op->type,
-                 " (RINGFOLD_ALLREDUCE, _ALLGATHER, _BROADCAST, _JOIN, _ALLTOALL, _BARRIER or _REDUCESCATTER)");
-      });
-  }
-}
 
 RINGFOLD_API int ringfold_cancel(int64_t handle) noexcept {
   return guard("ringfold_cancel", [&] {

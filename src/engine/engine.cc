@@ -172,59 +172,70 @@ void Engine::checkDevice(const TensorArgs& a) {
   ops->check(a.device, what);
 }
 
-std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
+void Engine::checkSplitCount(int processSet, int64_t nsplits) const {
+  int setSize = 0;
+  try {
+    setSize = processSet == 0 ? size_ : static_cast<int>(processSetRanks(processSet).size());
+  } catch (const InvalidArgument&) {
+    RF_THROW(InvalidArgument, "unknown process set ", processSet);
+  }
+  if (nsplits != setSize) {
+    RF_THROW(InvalidArgument, "nsplits is ", nsplits, " but process set ", processSet, " has ", setSize,
+             setSize == 1 ? " rank" : " ranks", ": pass one split per rank, or none (nsplits 0) for equal splits");
+  }
+}
+
+void Engine::validate(const TensorArgs& a) {
+  validateTensor(a);
+  if (!carriesData(a.op)) return;
+  if (a.op == OpType::kAlltoall && !a.splits.empty()) checkSplitCount(a.processSet, static_cast<int64_t>(a.splits.size()));
+  if (a.device != kCpuDevice) checkDevice(a);
+}
+
+std::vector<TensorEntry> Engine::toEntries(std::vector<TensorArgs> args) const {
   std::vector<TensorEntry> entries;
-  std::vector<int> sets;
   const std::string group = args.size() > 1 ? "group:" + args.front().name : "";
   for (TensorArgs& a : args) {
-    const int64_t elements = [&] {
-      int64_t n = 1;
-      for (int64_t d : a.shape) {
-        if (d < 0) RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': negative dimension in shape ", shapeString(a.shape));
-        n *= d;
-      }
-      return n;
-    }();
-    if (a.name.empty()) RF_THROW(InvalidArgument, opTypeLowerName(a.op), ": a tensor needs a name");
-    if (a.name.size() > kMaxNameBytes) RF_THROW(InvalidArgument, "tensor name of ", a.name.size(), " bytes is longer than ", kMaxNameBytes);
-    const bool data = a.op != OpType::kJoin && a.op != OpType::kBarrier && a.op != OpType::kAddProcessSet &&
-                      a.op != OpType::kRemoveProcessSet;
-    if (data && elements > 0 && a.input == nullptr) {
-      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': input is null");
-    }
-    if ((a.op == OpType::kAllreduce || a.op == OpType::kBroadcast) && elements > 0 && a.output == nullptr) {
-      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': output is null");
-    }
-    if (static_cast<int>(a.dtype) >= kNumDataTypes || static_cast<int>(a.reduceOp) >= kNumReduceOps) {
-      RF_THROW(InvalidArgument, opTypeLowerName(a.op), " '", a.name, "': unknown dtype or reduce op");
-    }
-    if (data && a.device != kCpuDevice) checkDevice(a);
     TensorEntry e;
     e.request.op = a.op;
-    e.request.name = a.name;
+    e.request.name = std::move(a.name);
     e.request.dtype = a.dtype;
     e.request.reduceOp = a.reduceOp;
     e.request.root = a.root;
     e.request.device = a.device;
     e.request.preScale = a.preScale;
     e.request.postScale = a.postScale;
-    e.request.shape = a.shape;
-    e.request.splits = a.splits;
+    e.request.shape = std::move(a.shape);
+    e.request.splits = std::move(a.splits);
     e.request.group = group;
     e.request.groupSize = group.empty() ? 0 : static_cast<int32_t>(args.size());
     e.input = a.input;
     e.output = a.output;
     e.stream = a.stream;
     entries.push_back(std::move(e));
-    sets.push_back(a.processSet);
   }
-  return enqueueInternal(std::move(entries), sets);
+  return entries;
+}
+
+std::vector<Handle> Engine::enqueueGroup(std::vector<TensorArgs> args) {
+  std::vector<int> sets;
+  for (size_t i = 0; i < args.size(); ++i) {
+    try {
+      validate(args[i]);
+    } catch (const InvalidArgument& e) {
+      RF_THROW(InvalidArgument, "tensor ", i, ": ", e.what());
+    }
+    sets.push_back(args[i].processSet);
+  }
+  return enqueueInternal(toEntries(std::move(args)), sets);
 }
 
 Handle Engine::enqueue(TensorArgs args) {
+  validate(args);
+  const std::vector<int> sets{args.processSet};
   std::vector<TensorArgs> one;
   one.push_back(std::move(args));
-  return enqueueGroup(std::move(one)).front();
+  return enqueueInternal(toEntries(std::move(one)), sets).front();
 }
 
 std::vector<Handle> Engine::enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets) {

@@ -52,6 +52,7 @@
 #include "engine/message.h"
 #include "engine/operations.h"
 #include "engine/process_set.h"
+#include "engine/tensor_args.h"
 #include "engine/timeline.h"
 
 namespace ringfold::engine {
@@ -78,24 +79,6 @@ struct EngineStats {
   uint64_t batches = 0;            // collective calls made for them (fewer: fusion)
 };
 
-// What a plugin passes for one tensor.
-struct TensorArgs {
-  OpType op = OpType::kAllreduce;
-  std::string name;
-  DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
-  int device = kCpuDevice;       // kCpuDevice, or a CUDA device (allreduce, broadcast)
-  void* stream = nullptr;        // GPU tensors: cudaStream_t their data is ordered on (null: default)
-  const void* input = nullptr;
-  void* output = nullptr;  // allreduce, broadcast: same size as input (may equal it)
-  ReduceOp reduceOp = ReduceOp::kSum;
-  double preScale = 1.0;
-  double postScale = 1.0;
-  int root = 0;                  // broadcast
-  std::vector<int64_t> splits;   // alltoall
-  int processSet = 0;
-};
-
 class Engine {
  public:
   Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topology topology = {});
@@ -110,11 +93,16 @@ class Engine {
                                                  std::optional<bool> dynamicProcessSets = {},
                                                  int incarnation = 0);
 
-  // GPU tensors (device >= 0): allreduce and broadcast, in CUDA builds, with a device present;
-  // anything else throws InvalidArgument naming the tensor (e.g. "no CUDA device is available").
+  // Every tensor is checked once, here (validate()), before anything is queued. GPU tensors
+  // (device >= 0): allreduce and broadcast, in CUDA builds, with a device present; anything else
+  // throws InvalidArgument naming the tensor (e.g. "no CUDA device is available").
   Handle enqueue(TensorArgs args);
-  // A grouped call: the tensors are negotiated and released together.
+  // A grouped call: the tensors are negotiated and released together. A bad tensor throws with
+  // "tensor <index>: " before its message, and none of the group is queued.
   std::vector<Handle> enqueueGroup(std::vector<TensorArgs> args);
+  // Throws InvalidArgument unless an alltoall in `processSet` may pass `nsplits` splits (one per
+  // rank of the set). The C ABI calls it before it reads a caller's array of that length.
+  void checkSplitCount(int processSet, int64_t nsplits) const;
   // Asks to cancel `handle`'s operation. Only an operation that has not been agreed yet is
   // cancelled: one still queued here, one this rank has not reported to the coordinator, or one
   // it reported that some rank of the set has not submitted yet (the coordinator withdraws this
@@ -163,7 +151,10 @@ class Engine {
   void completeError(int set, TensorEntry& entry, StatusCode code, const std::string& message);
   void failAll(StatusCode code, const std::string& message);
   void applyControl(const Response& response, ProcessSet& global);
+  // validateTensor(a) (tensor_args.h), then what needs the engine: the split count and the GPU.
+  void validate(const TensorArgs& a);
   void checkDevice(const TensorArgs& a);
+  std::vector<TensorEntry> toEntries(std::vector<TensorArgs> args) const;
   std::vector<Handle> enqueueInternal(std::vector<TensorEntry> entries, const std::vector<int>& sets);
   // Under mu_: asks for a cycle options_.wakeDelayUs after `now` unless wake-ups are off or one
   // is already asked for; true if this call asked.

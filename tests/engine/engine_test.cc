@@ -258,6 +258,70 @@ TEST(EngineErrors, LocalMistakesThrowAtOnce) {
   expectAllOk(errors);
 }
 
+// Every check of a tensor's arguments is the engine's own (tensor_args.h), so a caller that is
+// not the C ABI gets the C ABI's messages: a shape whose byte size overflows, a negative
+// dimension, missing buffers, a dtype that cannot be reduced, a dtype outside the enum, alltoall
+// splits (their values, and one per rank of the set), a stream on a CPU tensor. A grouped call
+// names the tensor's index. Only rank 0 submits, so a tensor an engine wrongly accepts is never
+// agreed (nothing runs on its bad buffers) and is cancelled.
+TEST(EngineErrors, TensorArgumentsAreCheckedInTheEngine) {
+  auto errors = runEngines(2, [&](Engine& e, int rank) {
+    if (rank != 0) return;
+    std::vector<float> in(4, 1.0f), out(4);
+    auto expectRefused = [&](std::vector<TensorArgs> group, const std::string& part) {
+      const std::string name = group.front().name;
+      try {
+        std::vector<Handle> hs = group.size() == 1 ? std::vector<Handle>{e.enqueue(group.front())} : e.enqueueGroup(group);
+        for (Handle h : hs) {
+          e.cancel(h);
+          waitStatus(e, h);
+        }
+        ADD_FAILURE() << name << " was accepted; expected InvalidArgument '" << part << "'";
+      } catch (const InvalidArgument& ex) {
+        EXPECT_NE(std::string(ex.what()).find(part), std::string::npos) << name << ": " << ex.what();
+      }
+    };
+    TensorArgs huge = allreduceArgs("huge", in, out);
+    huge.shape = {int64_t{1} << 40, int64_t{1} << 40, 16};
+    expectRefused({huge}, "shape [1099511627776, 1099511627776, 16] is too large");
+    TensorArgs hugeGather = huge;
+    hugeGather.op = OpType::kAllgather;
+    hugeGather.dtype = DataType::kFloat64;
+    hugeGather.shape = {int64_t{1} << 31, int64_t{1} << 31, 2};  // 2^63 bytes: one past the limit
+    expectRefused({hugeGather}, "is too large");
+    TensorArgs negative = allreduceArgs("negative", in, out);
+    negative.shape = {2, -3};
+    expectRefused({negative}, "dimension 1 of shape [2, -3] is negative");
+    TensorArgs noOutput = allreduceArgs("no.output", in, out);
+    noOutput.output = nullptr;
+    expectRefused({noOutput}, "output is NULL");
+    TensorArgs boolSum = allreduceArgs("bool.sum", in, out);
+    boolSum.dtype = DataType::kBool;
+    expectRefused({boolSum}, "dtype bool cannot be reduced");
+    TensorArgs badType = allreduceArgs("bad.dtype", in, out);
+    badType.dtype = static_cast<DataType>(42);
+    expectRefused({badType}, "unknown dtype code 42");
+    TensorArgs a2a = allreduceArgs("a2a", in, out);
+    a2a.op = OpType::kAlltoall;
+    a2a.output = nullptr;
+    a2a.splits = {INT64_MAX, 1};
+    expectRefused({a2a}, "splits add up to more than the first dimension 4: splits[0] alone is 9223372036854775807");
+    a2a.splits = {-1, 5};
+    expectRefused({a2a}, "splits[0] is -1");
+    a2a.splits = {1, 1, 2};
+    expectRefused({a2a}, "nsplits is 3 but process set 0 has 2 ranks");
+    TensorArgs cpuStream = allreduceArgs("cpu.stream", in, out);
+    int fakeStream = 0;
+    cpuStream.stream = &fakeStream;
+    expectRefused({cpuStream}, "a CUDA stream was given");
+    TensorArgs fine = allreduceArgs("group.fine", in, out);
+    TensorArgs bad = huge;
+    bad.name = "group.huge";
+    expectRefused({fine, bad}, "tensor 1: shape [1099511627776, 1099511627776, 16] is too large");
+  });
+  expectAllOk(errors);
+}
+
 TEST(EngineErrors, ShutdownOnOneRankStopsEveryRank) {
   std::vector<std::string> later(2);
   auto errors = runEngines(2, [&](Engine& e, int rank) {
@@ -448,7 +512,7 @@ TEST(EngineAutotune, EveryRankAdoptsRankZerosSettings) {
 namespace ringfold::engine {
 namespace {
 
-// Every dtype through allreduce (bool refused with one message on every rank), and every
+// Every dtype through allreduce (bool refused at enqueue, with one message on every rank), and every
 // dtype including bool through the copying operations.
 TEST(EngineDtypes, EveryDtypeAndBoolForCopies) {
   auto errors = rftest::runEngines(2, [&](Engine& e, int rank) {
@@ -463,10 +527,15 @@ TEST(EngineDtypes, EveryDtypeAndBoolForCopies) {
       a.shape = {4};
       a.input = in.data();
       a.output = out.data();
-      Status s = rftest::waitStatus(e, e.enqueue(a));
-      if (dtype == DataType::kBool) {
-        if (s.ok() || s.message.find("bool") == std::string::npos) throw std::runtime_error("bool allreduce: " + s.message);
-      } else if (!s.ok()) {
+      Status s;
+      if (dtype == DataType::kBool) {  // refused at enqueue, on every rank (tensor_args.h)
+        try {
+          e.enqueue(a);
+          throw std::runtime_error("bool allreduce was accepted");
+        } catch (const InvalidArgument& ex) {
+          if (std::string(ex.what()).find("bool") == std::string::npos) throw std::runtime_error(std::string("bool allreduce: ") + ex.what());
+        }
+      } else if (!(s = rftest::waitStatus(e, e.enqueue(a))).ok()) {
         throw std::runtime_error(a.name + ": " + s.message);
       }
       TensorArgs g = a;
