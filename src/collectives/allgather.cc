@@ -1,18 +1,16 @@
-// allgather / allgatherv: pipelined ring (schedules.h). Blocks land straight in recvbuf and are
-// forwarded from there; this rank's own block is sent from sendbuf.
+// allgather / allgatherv: argument checks, then sched::RingAllgatherSchedule run by the
+// executor. Blocks land straight in recvbuf and are forwarded from there; this rank's own block
+// is sent from sendbuf.
 #include "collectives/allgather.h"
 
 #include <cstring>
 
-#include "collectives/pipeline.h"
-#include "collectives/schedules.h"
+#include "collectives/collective_schedules.h"
+#include "collectives/executor.h"
 
 namespace ringfold {
 
 namespace {
-
-constexpr size_t kRecvSlots = 4;
-constexpr size_t kSendWindow = 16;
 
 void ringAllgatherv(Communicator& comm, const char* name, const void* sendbuf, void* recvbuf,
                     const std::vector<size_t>& counts, DataType dtype, coll::Kind kind, uint64_t countField) {
@@ -35,68 +33,22 @@ void ringAllgatherv(Communicator& comm, const char* name, const void* sendbuf, v
     RF_THROW(InvalidArgument, name, " on rank ", r,
              ": sendbuf and recvbuf overlap, but in place needs sendbuf == recvbuf + this rank's offset");
   }
-  const uint64_t sequence = comm.nextSequence();
-  coll::CheckFields fields;
-  fields.kind = kind;
-  fields.dtype = dtype;
-  fields.count = countField;
-  const uint64_t check = coll::packCheck(fields);
+  coll::Operands a;
+  a.src = src;
+  a.srcShift = offsets[r];
+  a.srcElems = counts[r];
+  a.dst = dst;
+  a.dstElems = offsets[n];
+  a.elemSize = es;
+  a.dtype = dtype;
+  a.call = coll::begin(comm, {.kind = kind, .dtype = dtype, .count = countField});
 
   if (!inPlace && ownBytes > 0) std::memcpy(dst + offsets[r] * es, src, ownBytes);
   if (n == 1) return;
-
-  const int left = sched::mod(r - 1, n), right = sched::mod(r + 1, n);
-  const size_t segE = sched::segmentElems(comm.segmentBytes(), es);
-  coll::Flight flight(comm, kRecvSlots, kSendWindow);
-  auto& srcRegion = flight.region(src, ownBytes);
-  auto& dstRegion = flight.region(dst, totalBytes);
-  auto blockOf = [&](int c) { return sched::Range{offsets[c], counts[c]}; };
-  auto tagOf = [&](int s) { return coll::collectiveTag(sequence, s); };
-
-  struct Unit {
-    int s = 0;
-    size_t k = 0;
-  };
-  auto advance = [&](Unit& u) {
-    if (++u.k == sched::segmentCount(counts[sched::ringGatherRecvChunk(r, u.s, n)], segE)) {
-      u.k = 0;
-      ++u.s;
-    }
-  };
-  const sched::Range own = blockOf(r);
-  const size_t segments0 = sched::segmentCount(own.length, segE);
-  size_t sent0 = 0, posted = 0, processed = 0;
-  Unit post, proc;
-  auto topUpStep0 = [&](bool all = false) {
-    while (sent0 < segments0 && (all || sent0 < processed + kRecvSlots)) {
-      const sched::Range sg = sched::segment(own, segE, sent0);
-      flight.postSend(right, srcRegion, (sg.offset - own.offset) * es, sg.length * es, tagOf(0), check);
-      ++sent0;
-    }
-  };
-  auto postReceives = [&] {
-    while (post.s < n - 1 && posted < processed + kRecvSlots) {
-      const sched::Range sg = sched::segment(blockOf(sched::ringGatherRecvChunk(r, post.s, n)), segE, post.k);
-      flight.postRecv(posted % kRecvSlots, left, dstRegion, sg.offset * es, sg.length * es, tagOf(post.s), check);
-      advance(post);
-      ++posted;
-    }
-  };
-  topUpStep0();
-  postReceives();
-  while (proc.s < n - 1) {
-    const sched::Range sg = sched::segment(blockOf(sched::ringGatherRecvChunk(r, proc.s, n)), segE, proc.k);
-    flight.waitRecv(processed % kRecvSlots);
-    if (proc.s < n - 2) {
-      flight.postSend(right, dstRegion, sg.offset * es, sg.length * es, tagOf(proc.s + 1), check);
-    }
-    advance(proc);
-    ++processed;
-    topUpStep0();
-    postReceives();
-  }
-  topUpStep0(true);  // a block with more segments than this rank receives
-    flight.waitAllSends();
+  std::vector<sched::Range> blocks(n);
+  for (int c = 0; c < n; ++c) blocks[c] = sched::Range{offsets[c], counts[c]};
+  const sched::RingAllgatherSchedule schedule(r, std::move(blocks), sched::segmentElems(comm.segmentBytes(), es));
+  coll::execute(comm, schedule, a);
 }
 
 }  // namespace

@@ -50,14 +50,10 @@ void alltoall(Communicator& comm, const AlltoallOptions& o) {
       RF_THROW(InvalidArgument, name, " on rank ", r, ": sendCounts[", r, "]=", o.sendCounts[r],
                " differs from recvCounts[", r, "]=", o.recvCounts[r], " (what a rank sends itself)");
     }
-    const uint64_t sequence = comm.nextSequence();
-    const uint64_t tag = coll::collectiveTag(sequence, 0);
+    // Each message carries the check word of its own count.
+    const uint64_t tag = coll::begin(comm, {.kind = coll::Kind::kAlltoall}).tag(0);
     auto checkFor = [&](size_t count) {
-      coll::CheckFields f;
-      f.kind = coll::Kind::kAlltoall;
-      f.dtype = o.dtype;
-      f.count = count;
-      return coll::packCheck(f);
+      return coll::packCheck({.kind = coll::Kind::kAlltoall, .dtype = o.dtype, .count = count});
     };
     auto* dst = static_cast<std::byte*>(o.recvbuf);
     const std::byte* src = static_cast<const std::byte*>(o.sendbuf);
@@ -95,12 +91,8 @@ std::vector<size_t> alltoallExchangeCounts(Communicator& comm, const std::vector
       RF_THROW(InvalidArgument, "alltoallExchangeCounts on rank ", r, ": sendCounts has ", sendCounts.size(),
                " entries for ", n, " ranks");
     }
-    const uint64_t sequence = comm.nextSequence();
-    const uint64_t tag = coll::collectiveTag(sequence, 0);
-    coll::CheckFields f;
-    f.kind = coll::Kind::kAlltoallCounts;
-    f.count = static_cast<uint64_t>(n);
-    const uint64_t check = coll::packCheck(f);
+    const coll::Call call = coll::begin(comm, {.kind = coll::Kind::kAlltoallCounts, .count = static_cast<uint64_t>(n)});
+    const uint64_t tag = call.tag(0), check = call.check;
     // In scratch, not on this stack: on failure the device is aborted after unwinding, and a
     // receive must not land in memory that is already gone.
     auto* out = reinterpret_cast<uint64_t*>(comm.scratch(2 * n * sizeof(uint64_t)));

@@ -9,18 +9,15 @@ namespace ringfold {
 void barrier(Communicator& comm) {
   coll::run(comm, "barrier", [&] {
     const int n = comm.size(), r = comm.rank();
-    const uint64_t sequence = comm.nextSequence();
+    const coll::Call call = coll::begin(comm, {.kind = coll::Kind::kBarrier});
     if (n == 1) return;
-    coll::CheckFields f;
-    f.kind = coll::Kind::kBarrier;
-    const uint64_t check = coll::packCheck(f);
     const int rounds = sched::disseminationRounds(n);
     coll::Flight flight(comm, 1, rounds);
     auto& empty = flight.region(nullptr, 0);
     for (int k = 0, reach = 1; k < rounds; ++k, reach *= 2) {
-      const uint64_t tag = coll::collectiveTag(sequence, k);
-      flight.postRecv(0, sched::mod(r - reach, n), empty, 0, 0, tag, check);
-      flight.postSend(sched::mod(r + reach, n), empty, 0, 0, tag, check);
+      const uint64_t tag = call.tag(k);
+      flight.postRecv(0, sched::mod(r - reach, n), empty, 0, 0, tag, call.check);
+      flight.postSend(sched::mod(r + reach, n), empty, 0, 0, tag, call.check);
       flight.waitRecv(0);
     }
     flight.waitAllSends();

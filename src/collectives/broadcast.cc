@@ -30,14 +30,10 @@ void broadcast(Communicator& comm, const BroadcastOptions& o) {
       RF_THROW(InvalidArgument, name, " on rank ", r,
                ": sendbuf and recvbuf overlap without being equal (in place needs sendbuf == recvbuf)");
     }
-    const uint64_t sequence = comm.nextSequence();
-    coll::CheckFields fields;
-    fields.kind = coll::Kind::kBroadcast;
-    fields.dtype = o.dtype;
-    fields.root = static_cast<uint32_t>(o.root);
-    fields.count = o.count;
-    const uint64_t check = coll::packCheck(fields);
-    const uint64_t tag = coll::collectiveTag(sequence, 0);
+    const coll::Call call = coll::begin(
+        comm, {.kind = coll::Kind::kBroadcast, .dtype = o.dtype, .root = static_cast<uint32_t>(o.root), .count = o.count});
+    const uint64_t check = call.check;
+    const uint64_t tag = call.tag(0);
     auto* dst = static_cast<std::byte*>(o.recvbuf);
     const auto* src = static_cast<const std::byte*>(o.sendbuf);
 

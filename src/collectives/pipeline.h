@@ -26,6 +26,17 @@ void run(Communicator& comm, const char* name, Body&& body) {
   });
 }
 
+// What every collective starts with: its sequence number (the high bits of its tags) and the
+// check word of its arguments (check.h), which every message it sends carries.
+struct Call {
+  uint64_t sequence = 0;
+  uint64_t check = 0;
+  uint64_t tag(uint32_t sub) const { return collectiveTag(sequence, sub); }
+};
+inline Call begin(Communicator& comm, const CheckFields& fields) {
+  return Call{comm.nextSequence(), packCheck(fields)};
+}
+
 // The requests of one collective: `recvSlots` receive slots addressed by index, then a FIFO
 // window of at most `sendWindow` sends (posting into a full window first waits for the oldest).
 // Requests and regions live in comm.inflight(), so a failure aborts the device before they go.

@@ -1,13 +1,15 @@
 // reduce-scatter: recvbuf gets block `rank` (recvCount elements) of the reduction of every
-// rank's sendbuf, which holds size*recvCount elements. Ring, pipelined like allreduce's first
-// half: block c is folded in the order c+1, c+2, ..., c (schedules.h), and its owner applies
-// postScale (and 1/size for kAvg) once. In place when recvbuf == sendbuf + rank*recvCount.
+// rank's sendbuf, which holds size*recvCount elements. Ring (sched::RingReduceScatterSchedule
+// run by the executor), pipelined like allreduce's first half: block c is folded in the order
+// c+1, c+2, ..., c (schedules.h), and its owner applies postScale (and 1/size for kAvg) once.
+// In place when recvbuf == sendbuf + rank*recvCount.
 #pragma once
 
 #include <cstddef>
 
 #include "collectives/communicator.h"
 #include "common/dtype.h"
+#include "reduce/reducer.h"
 
 namespace ringfold {
 
@@ -19,6 +21,7 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
   double preScale = 1.0;
   double postScale = 1.0;
+  Reducer* reducer = nullptr;  // does every reduce and scale of this call; null: comm.reducer()
 };
 void reduceScatter(Communicator& comm, const ReduceScatterOptions& opts);
 

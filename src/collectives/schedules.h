@@ -1,4 +1,5 @@
-// Schedules: the pure index math of the collectives, kept apart so it can be tested alone.
+// Schedules: the pure index math of the collectives, kept apart so it can be tested alone. The
+// schedules built from it, which the executor runs, are in schedule.h / collective_schedules.h.
 //
 // Vocabulary
 //   chunk   : the part of a buffer of `count` elements that ring step logic assigns to one rank.
@@ -85,10 +86,8 @@ struct CostModel {
 // Largest allreduce auto sends direct when RINGFOLD_DIRECT_MAX_BYTES is unset: the size up to
 // which the model prefers direct (capped at 4 MiB of scratch per peer). At 2 ranks that is
 // 2 alpha / gamma, about 195 KiB: there both put S on the wire each way, and the ring's halved
-// reduction pays for its second dependent step from there on. Measured on a 2-vCPU Intel VM,
-// float32, interleaved launches, ring busbw over direct: 64 KiB 0.7-0.9, 128 KiB 1.0, 256 KiB
-// 1.10-1.15, 512 KiB 1.15-1.25, 1 MiB 1.2-1.4 (TCP and Unix sockets alike; over TCP direct's
-// launches were also bimodal from 256 KiB to 1 MiB, the ring's were not).
+// reduction pays for its second dependent step from there on (the measured crossover is in
+// docs/performance.md).
 size_t directMaxBytes(int n, const CostModel& model = CostModel{});
 
 }  // namespace ringfold::sched

@@ -7,12 +7,9 @@ namespace ringfold {
 
 namespace {
 
+// Point-to-point messages take no sequence number (check.h), only a check word.
 uint64_t checkFor(size_t count, DataType dtype) {
-  coll::CheckFields f;
-  f.kind = coll::Kind::kSendRecv;
-  f.dtype = dtype;
-  f.count = count;
-  return coll::packCheck(f);
+  return coll::packCheck({.kind = coll::Kind::kSendRecv, .dtype = dtype, .count = count});
 }
 
 void requirePeer(const char* name, Communicator& comm, int peer) {

@@ -1,5 +1,5 @@
 // StagingSchedule: the order of work of a collective on device memory staged through pinned
-// host buffers (kernels/staged_allreduce.h runs it with CUDA copies and events). Pure index
+// host buffers (collectives/gpu_staged.h runs it with CUDA copies and events). Pure index
 // math and ordering, no CUDA: tests/collectives/staging_schedule_test.cc checks it on the CPU.
 //
 // Vocabulary

@@ -19,7 +19,7 @@ int defaultCudaDevice(int localRank, int deviceCount) {
 }
 
 #if !defined(RINGFOLD_HAVE_CUDA_TOOLKIT)
-// Builds without CUDA have no DeviceOps (kernels/engine_device_ops.cc defines these otherwise).
+// Builds without CUDA have no DeviceOps (device_ops_cuda.cc defines these otherwise).
 std::unique_ptr<DeviceOps> makeDeviceOps() { return nullptr; }
 bool deviceOpsBuilt() { return false; }
 #endif

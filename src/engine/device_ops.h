@@ -1,6 +1,6 @@
 // DeviceOps: what the engine does with tensors on a GPU, behind an interface so that src/engine
-// needs no CUDA header. CUDA builds implement it in kernels/engine_device_ops.cc with
-// GpuStaging (kernels/staged_collectives.h); other builds have none (makeDeviceOps() returns
+// needs no CUDA header. CUDA builds implement it in engine/device_ops_cuda.cc with
+// GpuStaging (collectives/gpu_staged.h); other builds have none (makeDeviceOps() returns
 // null and GPU tensors are refused at enqueue).
 //
 // Contract

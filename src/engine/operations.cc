@@ -122,7 +122,8 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
   std::vector<const Response*> members;
   for (size_t i : batch.members) members.push_back(&responses[i]);
   const Response& head = *members.front();
-  if (auto* traced = dynamic_cast<TracedReducer*>(&comm.reducer())) traced->setTensor(tracing() ? head.name : "");
+  // Every reduction of this batch is recorded on its first tensor's row.
+  TracedReducer reducer(timeline_, comm.reducer(), tracing() ? head.name : "");
   if (tracing()) {
     for (const Response* r : members) timeline_->opStart(r->name, opTypeName(r->op));
   }
@@ -130,7 +131,7 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
   std::vector<Result> results(members.size());
   switch (head.op) {
     case OpType::kAllreduce:
-      if (std::string error = allreduce(set, members, entries); !error.empty()) {
+      if (std::string error = allreduce(set, members, entries, reducer); !error.empty()) {
         for (Result& r : results) r = failedResult(error);
       }
       break;
@@ -160,7 +161,7 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
       break;
     case OpType::kReducescatter:
       activity(members, transport.c_str());
-      results[0] = reducescatter(set, head, *entries[0]);
+      results[0] = reducescatter(set, head, *entries[0], reducer);
       activityEnd(members);
       break;
     case OpType::kBarrier:
@@ -203,7 +204,7 @@ std::string Operations::checkMemory(ProcessSet& set, const Response& r, uint64_t
 }
 
 std::string Operations::allreduce(ProcessSet& set, const std::vector<const Response*>& members,
-                                  std::vector<std::optional<TensorEntry>>& entries) {
+                                  std::vector<std::optional<TensorEntry>>& entries, Reducer& reducer) {
   Communicator& comm = set.comm();
   const Response& head = *members.front();
   const std::string transport = transportActivity(comm, OpType::kAllreduce);
@@ -218,8 +219,10 @@ std::string Operations::allreduce(ProcessSet& set, const std::vector<const Respo
     bytesMoved_ += total;
     const TensorEntry& e = *entries[0];
     activity(members, transport.c_str());
-    ringfold::allreduce(comm, {e.input, e.output, static_cast<size_t>(head.elements), head.dtype,
-                               head.reduceOp, head.preScale, head.postScale});
+    AllreduceOptions o{e.input, e.output, static_cast<size_t>(head.elements), head.dtype,
+                       head.reduceOp, head.preScale, head.postScale};
+    o.reducer = &reducer;
+    ringfold::allreduce(comm, o);
     activityEnd(members);
     return "";
   }
@@ -250,7 +253,9 @@ std::string Operations::allreduce(ProcessSet& set, const std::vector<const Respo
   }
   activityEnd(members);
   activity(members, transport.c_str());
-  ringfold::allreduce(comm, {fusion, fusion, total / es, head.dtype, head.reduceOp, head.preScale, head.postScale});
+  AllreduceOptions o{fusion, fusion, total / es, head.dtype, head.reduceOp, head.preScale, head.postScale};
+  o.reducer = &reducer;
+  ringfold::allreduce(comm, o);
   activityEnd(members);
   activity(members, "MEMCPY_OUT_FUSION_BUFFER");
   offset = 0;
@@ -351,7 +356,7 @@ Result Operations::alltoall(ProcessSet& set, const Response& r, const TensorEntr
   return res;
 }
 
-Result Operations::reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e) {
+Result Operations::reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e, Reducer& reducer) {
   Communicator& comm = set.comm();
   const int n = comm.size();
   const int64_t rows = r.shape[0];
@@ -369,7 +374,7 @@ Result Operations::reducescatter(ProcessSet& set, const Response& r, const Tenso
   if (std::string error = checkMemory(set, r, inputBytes, failed); !error.empty()) return failedResult(error);
   if (rows % n == 0) {
     reduceScatter(comm, {e.input, res.output.get(), static_cast<size_t>(rows / n * row), r.dtype,
-                         r.reduceOp, r.preScale, r.postScale});
+                         r.reduceOp, r.preScale, r.postScale, &reducer});
   } else {
     std::byte* staging = staging_.get();
     const auto* in = static_cast<const std::byte*>(e.input);
@@ -383,7 +388,7 @@ Result Operations::reducescatter(ProcessSet& set, const Response& r, const Tenso
     }
     std::byte* out = staging + n * block;
     reduceScatter(comm, {staging, out, static_cast<size_t>(maxRows * row), r.dtype, r.reduceOp,
-                         r.preScale, r.postScale});
+                         r.preScale, r.postScale, &reducer});
     if (res.outputBytes) std::memcpy(res.output.get(), out, res.outputBytes);
   }
   bytesMoved_ += static_cast<uint64_t>(rows * row) * es;

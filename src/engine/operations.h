@@ -70,11 +70,12 @@ class Operations {
 
  private:
   // Each returns an empty string, or the out-of-memory error every member reports.
+  // `reducer` does the batch's reductions (the communicator's, traced on the timeline).
   std::string allreduce(ProcessSet& set, const std::vector<const Response*>& members,
-                        std::vector<std::optional<TensorEntry>>& entries);
+                        std::vector<std::optional<TensorEntry>>& entries, Reducer& reducer);
   Result allgather(ProcessSet& set, const Response& r, const TensorEntry& e);
   Result alltoall(ProcessSet& set, const Response& r, const TensorEntry& e);
-  Result reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e);
+  Result reducescatter(ProcessSet& set, const Response& r, const TensorEntry& e, Reducer& reducer);
   // The members tell each other how many bytes each failed to allocate (`failedBytes` here) for
   // the batch headed by `head`, of `batchBytes`; returns the error they all report, or "".
   std::string agreeOnMemory(ProcessSet& set, const Response& head, size_t fused, uint64_t batchBytes,

@@ -1,7 +1,9 @@
-// TracedReducer: the communicator's reducer, wrapped so that every reduction shows in the
-// timeline as a CPU_REDUCE activity inside the transport activity of the operation running it
-// (on the row of the batch's first tensor, so a fused batch of hundreds of tensors does not
-// multiply the events). When the timeline is off it adds one relaxed load per call.
+// TracedReducer: a reducer, wrapped so that every reduction shows in the timeline as a
+// CPU_REDUCE activity inside the transport activity of the operation running it (on the row of
+// the batch's first tensor, so a fused batch of hundreds of tensors does not multiply the
+// events). The engine builds one per operation around the communicator's reducer and passes it
+// to the collective (AllreduceOptions::reducer). When the timeline is off it adds one relaxed
+// load per call.
 #pragma once
 
 #include <memory>
@@ -14,33 +16,37 @@ namespace ringfold::engine {
 
 class TracedReducer : public Reducer {
  public:
-  explicit TracedReducer(Timeline& timeline) : timeline_(timeline) {}
+  // Records on `tensor`'s row of `timeline` (null or "" records nothing); `inner` does the work
+  // and must outlive this.
+  TracedReducer(Timeline* timeline, Reducer& inner, std::string tensor)
+      : inner_(&inner), timeline_(timeline), tensor_(std::move(tensor)) {}
 
-  // Wraps `comm`'s reducer.
+  // Transitional, until engine.cc stops calling it: wraps `comm`'s reducer for good (through
+  // Communicator::setReducer, which goes with it). The wrapper records nothing, since its
+  // tensor stays empty; the per-operation TracedReducer does the recording.
   template <typename Comm>
   static void install(Comm& comm, Timeline& timeline) {
-    auto traced = std::make_unique<TracedReducer>(timeline);
+    auto traced = std::make_unique<TracedReducer>(&timeline, comm.reducer(), "");
     TracedReducer* raw = traced.get();
-    raw->inner_ = comm.setReducer(std::move(traced));
+    raw->owned_ = comm.setReducer(std::move(traced));
+    raw->inner_ = raw->owned_.get();
   }
-
-  // The tensor whose row the next reductions are recorded on ("" records nothing).
-  void setTensor(std::string name) { tensor_ = std::move(name); }
 
   void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
               double postScale) override {
-    const bool trace = timeline_.active() && !tensor_.empty();
-    if (trace) timeline_.activityStart(tensor_, "CPU_REDUCE");
+    const bool trace = timeline_ != nullptr && timeline_->active() && !tensor_.empty();
+    if (trace) timeline_->activityStart(tensor_, "CPU_REDUCE");
     inner_->reduce(dst, a, b, count, dtype, op, postScale);
-    if (trace) timeline_.activityEnd(tensor_);
+    if (trace) timeline_->activityEnd(tensor_);
   }
   void scale(void* dst, const void* src, size_t count, DataType dtype, double factor) override {
     inner_->scale(dst, src, count, dtype, factor);
   }
 
  private:
-  std::unique_ptr<Reducer> inner_;
-  Timeline& timeline_;
+  std::unique_ptr<Reducer> owned_;  // install() only
+  Reducer* inner_;
+  Timeline* timeline_;
   std::string tensor_;
 };
 

@@ -36,6 +36,52 @@ TEST(Barrier, NobodyLeavesEarly) {
   }
 }
 
+// The reducer is an argument of the call: a collective given one folds (and scales) through it
+// alone, and the communicator's own reducer is left alone.
+class CountingReducer final : public Reducer {
+ public:
+  explicit CountingReducer(Reducer& inner) : inner_(inner) {}
+  void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
+              double postScale) override {
+    ++reduces;
+    inner_.reduce(dst, a, b, count, dtype, op, postScale);
+  }
+  void scale(void* dst, const void* src, size_t count, DataType dtype, double factor) override {
+    ++scales;
+    inner_.scale(dst, src, count, dtype, factor);
+  }
+  int reduces = 0, scales = 0;
+
+ private:
+  Reducer& inner_;
+};
+
+TEST(PerCallReducer, AllreduceAndReduceScatterFoldThroughTheReducerTheyAreGiven) {
+  for (int n : {2, 3}) {
+    for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}) {
+      auto errors = runRanks(n, [&](Communicator& comm) {
+        const Reducer* before = &comm.reducer();
+        CountingReducer counting(comm.reducer());
+        std::vector<float> in(1000, static_cast<float>(comm.rank() + 1)), out(1000, 0.f);
+        AllreduceOptions o{in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, 2.0, 1.0, algo};
+        o.reducer = &counting;
+        allreduce(comm, o);
+        const float expected = 2.0f * static_cast<float>(n * (n + 1) / 2);
+        for (float v : out) ASSERT_EQ(v, expected);
+        EXPECT_GT(counting.reduces, 0);
+        EXPECT_GT(counting.scales, 0);  // preScale went through it too
+        const int reduces = counting.reduces;
+        std::vector<float> block(100, 0.f);
+        reduceScatter(comm, {in.data(), block.data(), 100, DataType::kFloat32, ReduceOp::kSum, 1.0, 1.0, &counting});
+        for (float v : block) ASSERT_EQ(v, static_cast<float>(n * (n + 1) / 2));
+        EXPECT_GT(counting.reduces, reduces);
+        EXPECT_EQ(&comm.reducer(), before);
+      });
+      expectAllOk(errors);
+    }
+  }
+}
+
 TEST(SendRecv, RingAndPairsInOrderInterleavedWithCollectives) {
   for (int n : {2, 3, 5}) {
     auto errors = runRanks(n, [&](Communicator& comm) {

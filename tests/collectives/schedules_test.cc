@@ -1,7 +1,13 @@
 // The pure index math (schedules.h) and the check words (check.h), alone.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
 #include "collectives/check.h"
+#include "collectives/collective_schedules.h"
 #include "collectives/schedules.h"
 
 namespace {
@@ -117,6 +123,137 @@ TEST(Schedules, DirectSegmentBytes) {
   EXPECT_EQ(sched::directSegmentBytes(512 * K, 100 * K), 64 * K);  // not below 64 KiB
   EXPECT_EQ(sched::directSegmentBytes(512 * K, 0), 64 * K);
   EXPECT_EQ(sched::directSegmentBytes(4 * K, 1024 * K), 4 * K);  // a smaller segment setting wins
+}
+
+// ---- schedules as descriptions (collective_schedules.h) ----
+
+using Messages = std::map<std::tuple<int, int, uint32_t>, std::vector<std::pair<size_t, size_t>>>;
+
+// Every message a rank's schedule sends (own sends and forwards) and receives, keyed by
+// (from, to, tag step), in the order the executor posts them within that key.
+void collect(const sched::Schedule& s, int rank, Messages& sent, Messages& received) {
+  for (size_t i = 0; i < s.ownSends(); ++i) {
+    const sched::OwnSend o = s.ownSend(i);
+    sent[{rank, o.peer, o.sub}].push_back({o.range.offset, o.range.length});
+  }
+  for (int l = 0; l < s.lanes(); ++l) {
+    const sched::Lane lane = s.lane(l);
+    for (size_t u = 0; u < lane.units; ++u) {
+      const sched::Unit un = s.unit(l, u);
+      for (size_t i = 0; i < lane.group; ++i) {
+        received[{s.peer(l, u, i), rank, un.sub}].push_back({un.range.offset, un.range.length});
+      }
+      if (un.forwardTo >= 0) sent[{rank, un.forwardTo, un.forwardSub}].push_back({un.range.offset, un.range.length});
+      if (un.into == sched::Place::kSlot) {
+        EXPECT_GT(lane.slotElems, 0u);
+        EXPECT_LE(un.range.length, lane.slotElems);
+      }
+    }
+  }
+}
+
+// Every send is received, with the same range, in order (the transport pairs equal tags FIFO).
+template <typename Make>
+void expectMessagesPairUp(int n, Make make) {
+  Messages sent, received;
+  for (int r = 0; r < n; ++r) collect(*make(r), r, sent, received);
+  EXPECT_EQ(sent, received) << "n=" << n;
+}
+
+TEST(Schedules, RingAllreduceMessagesPairUp) {
+  for (int n : {2, 3, 5}) {
+    for (size_t count : {0, 1, 7, 100, 1000}) {
+      for (size_t seg : {1, 3, 64}) {
+        expectMessagesPairUp(n, [&](int r) {
+          return std::make_unique<sched::RingAllreduceSchedule>(r, n, count, seg, false, false);
+        });
+      }
+    }
+  }
+}
+
+TEST(Schedules, RingReduceScatterAndAllgatherMessagesPairUp) {
+  for (int n : {2, 3, 5}) {
+    for (size_t block : {0, 1, 10, 33}) {
+      for (size_t seg : {1, 4, 64}) {
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingReduceScatterSchedule>(r, n, block, seg); });
+        std::vector<sched::Range> blocks;
+        for (int c = 0, off = 0; c < n; ++c) {  // allgatherv: uneven blocks, some empty
+          const size_t len = (block + c * 7) % 23;
+          blocks.push_back({static_cast<size_t>(off), len});
+          off += static_cast<int>(len);
+        }
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingAllgatherSchedule>(r, blocks, seg); });
+      }
+    }
+  }
+}
+
+TEST(Schedules, DirectMessagesPairUpAndFoldInRankOrder) {
+  for (int n : {2, 3, 4}) {
+    for (size_t count : {0, 5, 100}) {
+      expectMessagesPairUp(n, [&](int r) {
+        return std::make_unique<sched::DirectAllreduceSchedule>(r, n, count, 16, false, false);
+      });
+      for (int r = 0; r < n; ++r) {
+        const sched::DirectAllreduceSchedule s(r, n, count, 16, false, true);
+        const sched::Lane lane = s.lane(0);
+        ASSERT_EQ(lane.group, static_cast<size_t>(n - 1));
+        for (size_t k = 0; k < lane.units; ++k) {
+          const sched::Unit un = s.unit(0, k);
+          // Operands in rank order: the receives from every other rank, own at position r.
+          EXPECT_EQ(un.ownAt, r);
+          for (size_t i = 0; i < lane.group; ++i) EXPECT_EQ(s.peer(0, k, i), static_cast<int>(i) < r ? static_cast<int>(i) : static_cast<int>(i) + 1);
+          EXPECT_TRUE(un.last);
+          // In place, the fold waits for the segment's last own send.
+          ASSERT_NE(un.foldAfterOwn, sched::kNoSend);
+          for (size_t i = 0; i < s.ownSends(); ++i) {
+            const sched::Range sent = s.ownSend(i).range;
+            if (sent.offset == un.range.offset && sent.length == un.range.length) EXPECT_LE(i, un.foldAfterOwn);
+          }
+          EXPECT_EQ(s.ownSend(un.foldAfterOwn).range.offset, un.range.offset);
+        }
+      }
+    }
+  }
+}
+
+// Ring allreduce: each rank's reduce-scatter ends with the folds of its own chunk (with the final
+// scale), an allgather receive is gated on the send that read the same range, and every element
+// of the buffer is either folded last here or received by the allgather, once.
+TEST(Schedules, RingAllreduceGatesAndCoverage) {
+  for (int n : {2, 3, 4}) {
+    for (size_t count : {1, 10, 101}) {
+      for (int r = 0; r < n; ++r) {
+        for (bool inPlace : {false, true}) {
+          const sched::RingAllreduceSchedule s(r, n, count, 4, false, inPlace);
+          std::vector<int> cover(count, 0);
+          for (size_t u = 0; u < s.lane(0).units; ++u) {
+            const sched::Unit un = s.unit(0, u);
+            EXPECT_EQ(un.ownAt, 1);
+            if (!un.last) continue;
+            const sched::Range own = sched::chunk(count, n, r);
+            EXPECT_GE(un.range.offset, own.offset);
+            EXPECT_LE(un.range.offset + un.range.length, own.offset + own.length);
+            for (size_t e = 0; e < un.range.length; ++e) ++cover[un.range.offset + e];
+          }
+          for (size_t u = 0; u < s.lane(1).units; ++u) {
+            const sched::Unit un = s.unit(1, u);
+            EXPECT_EQ(un.into, sched::Place::kDst);
+            EXPECT_EQ(un.ownAt, -1);
+            for (size_t e = 0; e < un.range.length; ++e) ++cover[un.range.offset + e];
+            const sched::Range read = un.gate.kind == sched::Gate::kOwnSend ? s.ownSend(un.gate.index).range
+                                                                               : s.unit(0, un.gate.index).range;
+            ASSERT_NE(un.gate.kind, sched::Gate::kNone);
+            EXPECT_EQ(read.offset, un.range.offset);
+            EXPECT_EQ(read.length, un.range.length);
+            EXPECT_EQ(un.gate.retire, un.gate.kind == sched::Gate::kForward || inPlace);
+          }
+          for (size_t e = 0; e < count; ++e) EXPECT_EQ(cover[e], 1) << "n=" << n << " r=" << r << " e=" << e;
+        }
+      }
+    }
+  }
 }
 
 TEST(Check, PackUnpackRoundTrip) {

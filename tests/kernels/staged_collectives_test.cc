@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "gpu_support.h"
-#include "kernels/staged_collectives.h"
+#include "collectives/gpu_staged.h"
 #include "reduce/cpu_reducer.h"
 #include "support/rank_threads.h"
 

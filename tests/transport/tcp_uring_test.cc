@@ -377,9 +377,9 @@ tu::MeshOptions pairOptions() {
 }
 
 TEST(TcpUringMesh, HostIdentityNamesBootAndNetworkNamespace) {
-  std::string id = tu::hostIdentity();
+  std::string id = transport::hostIdentity();
   ASSERT_FALSE(id.empty()) << "no /proc/sys/kernel/random/boot_id or /proc/self/ns/net here";
-  EXPECT_EQ(id, tu::hostIdentity());
+  EXPECT_EQ(id, transport::hostIdentity());
   EXPECT_EQ(id.find(' '), std::string::npos) << id;  // it is one field of the published address
   EXPECT_NE(id.find('.'), std::string::npos) << id;
 }
@@ -508,9 +508,9 @@ TEST(TcpUringMesh, HelloWithoutTheTokenIsDroppedOnTheUnixSocket) {
   });
   auto fields = publishedFields(store, "pair/addr/1");
   ASSERT_EQ(fields.size(), 5u);
-  EXPECT_EQ(fields[2], tu::hostIdentity());
+  EXPECT_EQ(fields[2], transport::hostIdentity());
   ASSERT_NE(fields[3], "-");
-  EXPECT_EQ(fields[4], tu::processIdentity());
+  EXPECT_EQ(fields[4], transport::processIdentity());
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::memcpy(a.sun_path + 1, fields[3].data(), fields[3].size());

@@ -22,6 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The longest a wait blocks in the kernel between two calls of the wait hook.
+constexpr auto kHookSlice = std::chrono::microseconds(200);
+
 // "2.5" for 2.5 s: durations in error messages.
 std::string seconds(Clock::duration d) {
   char buf[32];
@@ -72,27 +75,33 @@ Engine::Engine()
 
 Engine::~Engine() { shutdown(); }
 
-std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::string& prefix, int rank, int size,
-                                       std::chrono::milliseconds timeout) {
+std::vector<PeerLink*> Engine::connect(const ConnectSpec& spec) {
+  RF_ENFORCE(spec.store != nullptr, "connectAll: no store");
+  RF_ENFORCE(spec.peers.empty() || spec.peers.size() == static_cast<size_t>(spec.size), "connectAll: ",
+             spec.peers.size(), " peer flags for ", spec.size, " ranks");
+  const int rank = spec.rank, size = spec.size;
   RF_ENFORCE(!connected_, "connectAll() may be called once per device");
   RF_ENFORCE(!closed_, "the device was destroyed");
   connected_ = true;
   rank_ = rank;
   MeshOptions o;
-  o.prefix = prefix;
+  o.prefix = spec.prefix;
   o.rank = rank;
   o.size = size;
+  o.peers = spec.peers;
   o.listenAddress = listenAddressFromEnvironment();
   if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
   o.socketsPerPeer = tuning_.socketsPerPeer;
   o.localUnix = tuning_.localUnix;
-  o.timeout = timeout;
+  o.timeout = spec.timeout;
   std::vector<int> pids;
-  std::vector<std::vector<Socket>> mesh = connectMesh(store, o, &pids);
+  std::vector<std::vector<Socket>> mesh = connectMesh(*spec.store, o, &pids);
   std::vector<PeerLink*> links(size, nullptr);
   peers_.resize(size);
+  int connected = 0;
   for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
+    if (p == rank || mesh[p].empty()) continue;
+    ++connected;
     for (Socket& s : mesh[p]) setDataSocketOptions(s.fd(), tuning_.timeout, tuning_.socketBufferBytes);
     uint32_t first = static_cast<uint32_t>(sockets_.size());
     for (size_t i = 0; i < mesh[p].size(); ++i) sockets_.push_back({nullptr, static_cast<uint32_t>(i)});
@@ -107,7 +116,7 @@ std::vector<PeerLink*> Engine::connect(rendezvous::Store& store, const std::stri
   ring_->submit();
   int local = 0;
   for (auto& p : peers_) local += (p && p->overUnix()) ? 1 : 0;
-  RF_LOG(kDebug) << "connected to " << size - 1 << " peers (" << local << " on this host over Unix sockets), "
+  RF_LOG(kDebug) << "connected to " << connected << " peers (" << local << " on this host over Unix sockets), "
                  << tuning_.socketsPerPeer << " TCP sockets to each other peer, one Unix socket to a local one, io_uring "
                  << ring_->setupName();
   return links;
@@ -135,6 +144,7 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
   Clock::time_point noticeAt = start + timeout / 2;
   bool announced = false;
   for (;;) {
+    if (hook_) hook_();
     if (r.done) {
       if (announced) announceWaiting(-1, {}, {});  // withdrawn: a stale notice would misdirect blame
       return;
@@ -145,6 +155,7 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
     const Clock::time_point spinEnd = std::min(now + tuning_.spin, deadline);
     bool got = false;
     while (now < spinEnd) {
+      if (hook_) hook_();
       if (progress() > 0) {
         got = true;
         break;
@@ -163,7 +174,10 @@ void Engine::wait(RequestState& r, std::chrono::milliseconds timeout) {
       noticeAt = Clock::time_point::max();
       continue;
     }
-    int ret = ring_->wait(std::min(deadline, noticeAt) - now);
+    Clock::duration slice = std::min(deadline, noticeAt) - now;
+    // With a hook (a composite device driving its other backends), block in slices.
+    if (hook_) slice = std::min<Clock::duration>(slice, kHookSlice);
+    int ret = ring_->wait(slice);
     if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
       poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
     }
@@ -486,11 +500,11 @@ class TcpDevice final : public Device {
   ~TcpDevice() override { engine_->shutdown(); }
   const char* name() const override { return "tcp_uring"; }
 
-  std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store, const std::string& prefix, int rank,
-                                                      int size, std::chrono::milliseconds timeout) override {
-    std::vector<PeerLink*> links = engine_->connect(store, prefix, rank, size, timeout);
-    std::vector<std::unique_ptr<Connection>> out(size);
-    for (int p = 0; p < size; ++p) {
+  using Device::connectAll;
+  std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec) override {
+    std::vector<PeerLink*> links = engine_->connect(spec);
+    std::vector<std::unique_ptr<Connection>> out(spec.size);
+    for (int p = 0; p < spec.size; ++p) {
       if (links[p] != nullptr) out[p] = std::make_unique<TcpConnection>(engine_, links[p]);
     }
     return out;
@@ -502,6 +516,9 @@ class TcpDevice final : public Device {
 
   void abort(ErrorKind kind, const std::string& message) override { engine_->abort(kind, message); }
   bool aborted() const override { return engine_->aborted(); }
+  std::exception_ptr abortReason() const override { return engine_->poisonError(); }
+  void progress() override { engine_->progress(); }
+  void setWaitHook(std::function<void()> hook) override { engine_->setWaitHook(std::move(hook)); }
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,9 +65,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Connects to every peer (see socket.h); returns links indexed by rank (null at `rank`).
-  std::vector<PeerLink*> connect(rendezvous::Store& store, const std::string& prefix, int rank, int size,
-                                 std::chrono::milliseconds timeout);
+  // Connects to the peers spec.peers selects (all when empty; see socket.h); returns links
+  // indexed by rank (null at `rank` and at peers not selected).
+  std::vector<PeerLink*> connect(const ConnectSpec& spec);
 
   int rank() const { return rank_; }
   const Tuning& tuning() const { return tuning_; }
@@ -85,6 +86,9 @@ class Engine {
   void wait(RequestState& request, std::chrono::milliseconds timeout);
 
   bool poisoned() const { return poison_ != nullptr; }
+  const std::exception_ptr& poisonError() const { return poison_; }
+  // Called from wait() between blocking slices of at most 200 us while set.
+  void setWaitHook(std::function<void()> hook) { hook_ = std::move(hook); }
   bool aborted() const { return aborted_; }
   // Records the first failure; callable from inside completion handlers (it only queues
   // cancellations). Later calls are ignored.
@@ -142,6 +146,7 @@ class Engine {
   bool aborted_ = false;
   bool closed_ = false;
   bool urgent_ = false;
+  std::function<void()> hook_;
 };
 
 }  // namespace ringfold::transport::tcp_uring

@@ -93,15 +93,6 @@ PeerAddress parseAddress(const std::string& text, int peer) {
   return a;
 }
 
-// The pid in `peer` (a processIdentity()) when it names another process of this kernel and pid
-// namespace than this one, else 0.
-int localPid(const std::string& peer, const std::string& mine) {
-  const auto at = peer.find('@'), myAt = mine.find('@');
-  if (at == std::string::npos || myAt == std::string::npos || peer.substr(at) != mine.substr(myAt)) return 0;
-  const long long pid = std::atoll(peer.c_str());
-  return pid > 0 && pid != ::getpid() ? static_cast<int>(pid) : 0;
-}
-
 // The abstract-namespace address for `name` (a leading NUL byte: no file, gone with the socket).
 socklen_t abstractAddress(const std::string& name, sockaddr_un& a) {
   a = {};
@@ -189,7 +180,7 @@ class Mesh {
     attempts_.assign(o.size, std::vector<int>(o.socketsPerPeer, 0));
     // A lower rank that turns out to reach us by a Unix socket sends one (see the hello).
     for (int p = 0; p < o.size; ++p) {
-      if (p != o.rank) result_[p].resize(o.socketsPerPeer);
+      if (o.wants(p)) result_[p].resize(o.socketsPerPeer);
     }
   }
 
@@ -197,6 +188,7 @@ class Mesh {
     deadline_ = Clock::now() + o_.timeout;
     listen();
     for (int peer = o_.rank + 1; peer < o_.size; ++peer) {
+      if (!o_.wants(peer)) continue;
       std::string key = o_.prefix + "/addr/" + std::to_string(peer);
       std::string text;
       try {
@@ -222,7 +214,7 @@ class Mesh {
     if (peerPids != nullptr) {
       peerPids->assign(o_.size, 0);
       for (int p = 0; p < o_.size; ++p) {
-        if (p != o_.rank) (*peerPids)[p] = localPid(publishedAddress(p).process, o_.processId);
+        if (o_.wants(p)) (*peerPids)[p] = localPid(publishedAddress(p).process, o_.processId);
       }
     }
     return std::move(result_);
@@ -506,6 +498,10 @@ class Mesh {
     if (h.rank < 0 || h.rank >= o_.rank) {
       RF_THROW(InvalidArgument, whoIs(h.rank), " connected to rank ", o_.rank,
                "; only lower ranks connect to a rank (were two processes started with the same rank?)");
+    }
+    if (!o_.wants(h.rank)) {
+      RF_THROW(InvalidArgument, "rank ", h.rank, " connected to rank ", o_.rank, " through a backend (",
+               o_.prefix, ") that rank ", o_.rank, " does not use for it: the ranks chose backends differently");
     }
     // A lower rank on this host sends its one socket here (see run()).
     const bool overUnix = isUnixSocket(p.sock.fd());

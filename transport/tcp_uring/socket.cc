@@ -9,7 +9,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,31 +139,6 @@ std::string listenAddressFromEnvironment() {
     }
   }
   return chooseListenAddress(params::kSocketIfname.str(), store, listInterfaces());
-}
-
-// ---- same-host identity ---------------------------------------------------------------
-
-namespace {
-
-// "<kernel boot id><separator><device>:<inode>" of this process's namespace `ns` (/proc/self/ns/),
-// or empty when /proc does not tell.
-std::string namespaceIdentity(const char* ns, const char* separator) {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  if (!(in >> boot) || boot.empty()) return "";
-  struct stat id {};
-  if (::stat((std::string("/proc/self/ns/") + ns).c_str(), &id) != 0) return "";
-  return detail::concat(boot, separator, static_cast<unsigned long long>(id.st_dev), ":",
-                        static_cast<unsigned long long>(id.st_ino));
-}
-
-}  // namespace
-
-std::string hostIdentity() { return namespaceIdentity("net", "."); }
-
-std::string processIdentity() {
-  const std::string pidns = namespaceIdentity("pid", "/");
-  return pidns.empty() ? "" : detail::concat(static_cast<long long>(::getpid()), "@", pidns);
 }
 
 bool isUnixSocket(int fd) {

@@ -10,7 +10,7 @@
 // first non-loopback interface that is up, else 127.0.0.1.
 //
 // Mesh (mesh.cc): each rank listens on the chosen address and, when it knows its host identity
-// (see hostIdentity), on a Unix-domain stream socket in the abstract namespace under a random
+// (see transport/host_identity.h), on a Unix-domain stream socket in the abstract namespace under a random
 // name. It publishes "ip:port token host unix-name process" under "<prefix>/addr/<rank>" (token:
 // a fresh rendezvous::generateSecret() per mesh; host, unix-name and process (processIdentity)
 // "-" when unknown or absent), and the lower
@@ -33,6 +33,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "transport/host_identity.h"
 
 namespace ringfold::rendezvous {
 class Store;
@@ -97,17 +99,6 @@ std::string listenAddressFromEnvironment();
 // loopback only when the store address is loopback (or the interface spec says so).
 int autoSocketsPerPeer(const std::string& listenAddress);
 
-// This host as seen by the abstract Unix-socket namespace: "<kernel boot id>.<network namespace
-// inode>". Two processes with equal identities can reach each other's abstract sockets (that
-// namespace belongs to the network namespace); ranks in different containers with their own
-// network namespaces, or on different machines, differ. Empty when /proc does not tell.
-std::string hostIdentity();
-
-// This process as other ranks may check it: "<pid>@<kernel boot id>/<pid namespace>". A peer
-// with the same text after '@' can look the pid up (kill(pid, 0), /proc/<pid>/stat). Empty when
-// /proc does not tell.
-std::string processIdentity();
-
 // Whether `fd` is a Unix-domain socket: TCP's options do not apply, and neither does zero-copy.
 bool isUnixSocket(int fd);
 
@@ -162,9 +153,12 @@ struct MeshOptions {
   std::string hostId = hostIdentity();
   std::string processId = processIdentity();
   std::chrono::milliseconds timeout{60000};
+  std::vector<bool> peers;  // by rank: connect it; empty: every peer
+  bool wants(int peer) const { return peer != rank && (peers.empty() || peers[peer]); }
 };
 
-// Connects this rank to every other; returns sockets[peer][index] (empty at `rank`): one Unix
+// Connects this rank to every other that options.wants(); returns sockets[peer][index] (empty
+// at `rank` and at peers not wanted): one Unix
 // socket to a peer on this host (see MeshOptions::localUnix), else socketsPerPeer TCP sockets.
 // Blocking mode, options not yet set. Throws IoError naming the first rank that did not publish its
 // address, could not be reached, or never connected within the timeout. With `peerPids`, fills it

@@ -1,4 +1,4 @@
-#include "kernels/staged_collectives.h"
+#include "collectives/gpu_staged.h"
 
 #include <algorithm>
 #include <string>
@@ -16,21 +16,6 @@ namespace ringfold {
 namespace {
 
 constexpr size_t kSlots = 3;
-
-// Lends a reducer to a communicator for the duration of a scope, then takes it back.
-class ReducerLoan {
- public:
-  ReducerLoan(Communicator& comm, std::unique_ptr<ringfold::Reducer>& mine)
-      : comm_(comm), mine_(mine), saved_(comm.setReducer(std::move(mine))) {}
-  ~ReducerLoan() { mine_ = comm_.setReducer(std::move(saved_)); }
-  ReducerLoan(const ReducerLoan&) = delete;
-  ReducerLoan& operator=(const ReducerLoan&) = delete;
-
- private:
-  Communicator& comm_;
-  std::unique_ptr<ringfold::Reducer>& mine_;
-  std::unique_ptr<ringfold::Reducer> saved_;
-};
 
 }  // namespace
 
@@ -111,9 +96,7 @@ GpuStaging::GpuStaging(int device, size_t blockBytes)
     checkCuda(cudaEventCreateWithFlags(&inDone_[i], cudaEventDisableTiming), "cudaEventCreate");
     checkCuda(cudaEventCreateWithFlags(&outDone_[i], cudaEventDisableTiming), "cudaEventCreate");
   }
-  auto reducer = std::make_unique<Reducer>(device_, work_);
-  stagingReducer_ = reducer.get();
-  reducer_ = std::move(reducer);
+  reducer_ = std::make_unique<Reducer>(device_, work_);
 }
 
 GpuStaging::~GpuStaging() {
@@ -187,11 +170,11 @@ void GpuStaging::allreduce(Communicator& comm, const StagedAllreduceOptions& o) 
     checkCuda(cudaMemcpyAsync(recv, o.sendbuf, bytes, cudaMemcpyDeviceToDevice, in_), "staging: copy of sendbuf");
   }
   // The collective folds through the staging reducer, which keeps the block's device copy current.
-  Reducer* red = stagingReducer_;
-  ReducerLoan loan(comm, reducer_);
   stage(recv, bytes, es, o.stream, [&](std::byte* host, std::byte* devBlock, size_t blockBytes) {
-    red->bind(host, devBlock, blockBytes);
-    ringfold::allreduce(comm, {host, host, blockBytes / es, o.dtype, o.op, o.preScale, o.postScale});
+    reducer_->bind(host, devBlock, blockBytes);
+    AllreduceOptions block{host, host, blockBytes / es, o.dtype, o.op, o.preScale, o.postScale};
+    block.reducer = reducer_.get();
+    ringfold::allreduce(comm, block);
   });
 }
 

@@ -12,7 +12,7 @@
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_reducer.h"
 #include "kernels/device_buffer.h"
-#include "kernels/staged_collectives.h"
+#include "collectives/gpu_staged.h"
 
 namespace ringfold::engine {
 namespace {

@@ -75,8 +75,7 @@ class GpuStaging {
   cudaStream_t in_ = nullptr, out_ = nullptr, work_ = nullptr;
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   cudaEvent_t inDone_[3] = {}, outDone_[3] = {};
-  std::unique_ptr<ringfold::Reducer> reducer_;  // lent to the communicator during allreduce
-  Reducer* stagingReducer_ = nullptr;           // the same object, to bind blocks to
+  std::unique_ptr<Reducer> reducer_;  // the host allreduce's reducer (passed per call)
 };
 
 }  // namespace ringfold

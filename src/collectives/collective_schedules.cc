@@ -1,0 +1,183 @@
+#include "collectives/collective_schedules.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace ringfold::sched {
+
+RingSteps::RingSteps(const std::vector<Range>& chunks, size_t segElems, int rank, bool gather)
+    : segElems_(segElems), start_{0} {
+  const int n = static_cast<int>(chunks.size());
+  for (int s = 0; s < n - 1; ++s) {
+    chunk_.push_back(chunks[gather ? ringGatherRecvChunk(rank, s, n) : ringReduceRecvChunk(rank, s, n)]);
+    start_.push_back(start_.back() + segmentCount(chunk_.back().length, segElems));
+  }
+}
+
+int RingSteps::step(size_t u) const {
+  return static_cast<int>(std::upper_bound(start_.begin(), start_.end(), u) - start_.begin()) - 1;
+}
+
+Range RingSteps::range(size_t u) const {
+  const int s = step(u);
+  return segment(chunk_[s], segElems_, u - start_[s]);
+}
+
+namespace {
+std::vector<Range> evenChunks(size_t count, int n) {
+  std::vector<Range> chunks(n);
+  for (int c = 0; c < n; ++c) chunks[c] = chunk(count, n, c);
+  return chunks;
+}
+}  // namespace
+
+// ---- ring allreduce ----
+
+RingAllreduceSchedule::RingAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool preStaged,
+                                             bool inPlace)
+    : rank_(rank), n_(n), segElems_(segElems), retireOwn_(preStaged || inPlace), chunks_(evenChunks(count, n)),
+      reduce_(chunks_, segElems, rank, false), gather_(chunks_, segElems, rank, true) {
+  pacing_.lead = 1;
+  pacing_.sendWindow = 16;
+}
+
+Lane RingAllreduceSchedule::lane(int l) const {
+  if (l == 0) return Lane{reduce_.units(), 32, 1, std::max<size_t>(1, std::min(segElems_, chunks_[0].length))};
+  return Lane{gather_.units(), 128, 1, 0};
+}
+
+size_t RingAllreduceSchedule::ownSends() const {
+  return segmentCount(chunks_[ringReduceSendChunk(rank_, 0, n_)].length, segElems_);
+}
+
+OwnSend RingAllreduceSchedule::ownSend(size_t i) const {
+  return OwnSend{mod(rank_ + 1, n_), 0, segment(chunks_[ringReduceSendChunk(rank_, 0, n_)], segElems_, i), true};
+}
+
+Unit RingAllreduceSchedule::unit(int l, size_t u) const {
+  Unit un;
+  const uint32_t gatherSub = static_cast<uint32_t>(n_ - 1);
+  un.forwardTo = mod(rank_ + 1, n_);
+  if (l == 0) {
+    const int s = reduce_.step(u);
+    un.range = reduce_.range(u);
+    un.sub = static_cast<uint32_t>(s);
+    un.ownAt = 1;
+    un.last = s == n_ - 2;
+    un.forwardSub = un.last ? gatherSub : static_cast<uint32_t>(s + 1);
+    return un;
+  }
+  const int s = gather_.step(u);
+  const size_t k = u - gather_.index(s, 0);
+  un.range = gather_.range(u);
+  un.sub = gatherSub + static_cast<uint32_t>(s);
+  un.into = Place::kDst;
+  // The receive overwrites what this rank sent from there: its own send (step 0; out of place
+  // that read sendbuf) or the reduce-scatter forward of the same segment one step earlier.
+  un.gate = s == 0 ? Gate{Gate::kOwnSend, k, retireOwn_, false} : Gate{Gate::kForward, reduce_.index(s - 1, k), true, false};
+  if (s < n_ - 2) {
+    un.forwardSub = un.sub + 1;
+  } else {
+    un.forwardTo = -1;
+  }
+  return un;
+}
+
+// ---- ring reduce-scatter ----
+
+RingReduceScatterSchedule::RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems)
+    : rank_(rank), n_(n), blockElems_(blockElems), segElems_(segElems), segments_(segmentCount(blockElems, segElems)) {
+  pacing_.lead = kWindow;
+  pacing_.sendWindow = 16;
+}
+
+Lane RingReduceScatterSchedule::lane(int) const {
+  return Lane{static_cast<size_t>(n_ - 1) * segments_, kWindow, 1, std::max<size_t>(1, std::min(segElems_, blockElems_))};
+}
+
+OwnSend RingReduceScatterSchedule::ownSend(size_t i) const {
+  return OwnSend{mod(rank_ + 1, n_), 0, segment(block(ringReduceSendChunk(rank_, 0, n_)), segElems_, i), true};
+}
+
+Unit RingReduceScatterSchedule::unit(int, size_t u) const {
+  const int s = static_cast<int>(u / segments_);
+  Unit un;
+  un.range = segment(block(ringReduceRecvChunk(rank_, s, n_)), segElems_, u % segments_);
+  un.sub = static_cast<uint32_t>(s);
+  // The slot is reused once the forward of the unit that used it before has completed.
+  if (u >= kWindow) un.gate = Gate{Gate::kForward, u - kWindow, true, true};
+  un.ownAt = 1;
+  un.last = s == n_ - 2;
+  if (!un.last) {
+    un.foldInto = Place::kSlot;
+    un.forwardTo = mod(rank_ + 1, n_);
+    un.forwardSub = static_cast<uint32_t>(s + 1);
+    un.forwardFrom = Place::kSlot;
+  }
+  return un;
+}
+
+// ---- ring allgather ----
+
+RingAllgatherSchedule::RingAllgatherSchedule(int rank, std::vector<Range> blocks, size_t segElems)
+    : rank_(rank), n_(static_cast<int>(blocks.size())), segElems_(segElems), blocks_(std::move(blocks)),
+      steps_(blocks_, segElems, rank, true) {
+  pacing_.lead = 4;
+  pacing_.sendWindow = 16;
+}
+
+Lane RingAllgatherSchedule::lane(int) const { return Lane{steps_.units(), 4, 1, 0}; }
+
+size_t RingAllgatherSchedule::ownSends() const { return segmentCount(blocks_[rank_].length, segElems_); }
+
+OwnSend RingAllgatherSchedule::ownSend(size_t i) const {
+  return OwnSend{mod(rank_ + 1, n_), 0, segment(blocks_[rank_], segElems_, i), false};
+}
+
+Unit RingAllgatherSchedule::unit(int, size_t u) const {
+  const int s = steps_.step(u);
+  Unit un;
+  un.range = steps_.range(u);
+  un.sub = static_cast<uint32_t>(s);
+  un.into = Place::kDst;
+  if (s < n_ - 2) {
+    un.forwardTo = mod(rank_ + 1, n_);
+    un.forwardSub = un.sub + 1;
+  }
+  return un;
+}
+
+// ---- direct allreduce ----
+
+DirectAllreduceSchedule::DirectAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool ownStaged,
+                                                 bool inPlace)
+    : rank_(rank), n_(n), count_(count), segElems_(segElems), segments_(segmentCount(count, segElems)),
+      waitOwn_(inPlace && !ownStaged) {
+  pacing_.lead = kNoSend;
+  pacing_.sendWindow = segments_ * (n - 1);
+  pacing_.receivesFirst = true;
+}
+
+Lane DirectAllreduceSchedule::lane(int) const {
+  return Lane{segments_, segments_, static_cast<size_t>(n_ - 1), std::max<size_t>(1, std::min(segElems_, count_))};
+}
+
+OwnSend DirectAllreduceSchedule::ownSend(size_t i) const {
+  const size_t peers = static_cast<size_t>(n_ - 1);
+  const size_t j = i % peers;
+  return OwnSend{mod(rank_ + static_cast<int>(j) + 1, n_), 0, segment(Range{0, count_}, segElems_, i / peers), j == 0};
+}
+
+Unit DirectAllreduceSchedule::unit(int, size_t k) const {
+  Unit un;
+  un.range = segment(Range{0, count_}, segElems_, k);
+  un.ownAt = rank_;
+  un.last = true;
+  un.stageOwn = false;
+  // In place, the fold overwrites what the segment's own sends read: the last of them retires all.
+  if (waitOwn_) un.foldAfterOwn = (k + 1) * static_cast<size_t>(n_ - 1) - 1;
+  return un;
+}
+
+}  // namespace ringfold::sched

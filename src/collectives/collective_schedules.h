@@ -1,0 +1,121 @@
+// The schedules ringfold runs (vocabulary in schedule.h, index math in schedules.h). Each is
+// built for one rank and one call (or one round of a call) and answers from small tables.
+#pragma once
+
+#include <vector>
+
+#include "collectives/schedule.h"
+
+namespace ringfold::sched {
+
+// Ring steps over n chunks (arbitrary ranges), cut into segments of segElems: flat unit numbers
+// of the steps s = 0..n-2, where step s moves chunk `chunkOf(s)`.
+class RingSteps {
+ public:
+  // gather: allgather steps (chunk r-s-1 at step s), else reduce-scatter (chunk r-s-2).
+  RingSteps(const std::vector<Range>& chunks, size_t segElems, int rank, bool gather);
+  size_t units() const { return start_.back(); }
+  size_t index(int s, size_t k) const { return start_[s] + k; }
+  int step(size_t u) const;
+  Range range(size_t u) const;
+
+ private:
+  size_t segElems_;
+  std::vector<Range> chunk_;   // chunk of each step
+  std::vector<size_t> start_;  // first unit of each step, then the total
+};
+
+// Ring allreduce, one round: lane 0 reduce-scatter (rank r's own contribution to chunk r-1 goes
+// out first, then each received segment is folded as acc = received op own into recvbuf and
+// sent on), lane 1 allgather (received straight into recvbuf and sent on). An allgather receive
+// overwrites what the reduce-scatter sent from that place, so it is posted once that send has
+// completed (out of place, step 0 sent from sendbuf and there is nothing to wait for).
+//   window 32 (reduce-scatter): wider than the sender's lead, so segments rarely arrive before
+//     their receive (a copy out of the transport's unexpected buffer), and wide enough that
+//     neighbours drifting apart at 4 ranks still find their receive posted;
+//   lead 1: a short lead keeps socket buffers and scratch small and cache-hot;
+//   window 128 (allgather): its receives land in recvbuf and need no scratch, so they are
+//     posted as early as their region allows, not queued behind the reduce-scatter ones.
+class RingAllreduceSchedule final : public Schedule {
+ public:
+  // preStaged: own sends go out from a staged (preScaled) copy; inPlace: sendbuf == recvbuf.
+  RingAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool preStaged, bool inPlace);
+  int lanes() const override { return 2; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override;
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+ private:
+  int rank_, n_;
+  size_t segElems_;
+  bool retireOwn_;
+  std::vector<Range> chunks_;
+  RingSteps reduce_, gather_;
+};
+
+// Ring reduce-scatter of n blocks of `blockElems`: the partial folds of other ranks' blocks are
+// made in the receive slot (acc = received op own) and sent on from there, so a slot is reused
+// once its forward has completed; the last step folds into recvbuf (block `rank`). 4 slots and
+// a lead of 4 keep the scratch to a few segments.
+class RingReduceScatterSchedule final : public Schedule {
+ public:
+  RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems);
+  int lanes() const override { return 1; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override { return segments_; }
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+  static constexpr size_t kWindow = 4;
+
+ private:
+  Range block(int c) const { return Range{static_cast<size_t>(c) * blockElems_, blockElems_}; }
+  int rank_, n_;
+  size_t blockElems_, segElems_, segments_;
+};
+
+// Ring allgather(v): block c (chunks[c]) is received straight into its place and sent on from
+// there; this rank's own block goes out first. Window and lead 4.
+class RingAllgatherSchedule final : public Schedule {
+ public:
+  RingAllgatherSchedule(int rank, std::vector<Range> blocks, size_t segElems);
+  int lanes() const override { return 1; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override;
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+ private:
+  int rank_, n_;
+  size_t segElems_;
+  std::vector<Range> blocks_;
+  RingSteps steps_;
+};
+
+// Direct allreduce: every rank sends its whole buffer to every other rank, segment by segment,
+// all at once (receives first), and folds segment k in rank order 0..n-1 as soon as every peer's
+// copy of it has arrived (one unit per segment, a group of n-1 receives). In place without a
+// staged copy of its own contribution, a rank waits for its own sends of a segment before
+// folding into it.
+class DirectAllreduceSchedule final : public Schedule {
+ public:
+  // ownStaged: the own contribution is sent from (and folded from) a staged copy.
+  DirectAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool ownStaged, bool inPlace);
+  int lanes() const override { return 1; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override { return segments_ * (n_ - 1); }
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t i) const override { return static_cast<int>(i) < rank_ ? static_cast<int>(i) : static_cast<int>(i) + 1; }
+
+ private:
+  int rank_, n_;
+  size_t count_, segElems_, segments_;
+  bool waitOwn_;
+};
+
+}  // namespace ringfold::sched

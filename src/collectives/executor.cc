@@ -1,0 +1,246 @@
+#include "collectives/executor.h"
+
+#include <cstring>
+#include <optional>
+
+namespace ringfold::coll {
+
+namespace {
+
+using sched::Gate;
+using sched::Place;
+using sched::Range;
+
+constexpr int kMaxLanes = 2;
+
+uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
+uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
+
+// One run of a schedule: the buffers, the cursors, and the steps of the loop.
+class Run {
+ public:
+  Run(Communicator& comm, const sched::Schedule& s, const Operands& o)
+      : comm_(comm), s_(s), o_(o), red_(o.reducer), pace_(s.pacing()), lanes_(s.lanes()),
+        stageSends_(o.preScale != 1.0 || o.copyOwn), pre_(o.preScale != 1.0) {
+    RF_ENFORCE(lanes_ >= 1 && lanes_ <= kMaxLanes, "a schedule has 1 or 2 lanes, not ", lanes_);
+    size_t requests = 0, slotBytes = 0;
+    for (int l = 0; l < lanes_; ++l) {
+      lane_[l] = s.lane(l);
+      requestBase_[l] = requests;
+      slotBase_[l] = slotBytes;
+      requests += lane_[l].window * lane_[l].group;
+      slotBytes += lane_[l].window * lane_[l].group * lane_[l].slotElems * o.elemSize;
+    }
+    slots_ = slotBytes > 0 ? comm.scratch(slotBytes, 0) : nullptr;
+    flight_.emplace(comm, requests, pace_.sendWindow);
+    if (slotBytes > 0) slotRegion_ = &flight_->region(slots_, slotBytes);
+    ownCount_ = s.ownSends();
+  }
+
+  void go() {
+    if (pace_.receivesFirst) {
+      postReceives(false);
+      topUp(false);
+    } else {
+      topUp(false);
+      postReceives(false);
+    }
+    for (int l = 0; l < lanes_; ++l) {
+      for (size_t u = 0; u < lane_[l].units; ++u) {
+        if (posted_[l] == processed_[l]) postReceives(true);  // only a gate's send is left to wait for
+        RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
+        process(l, u);
+        ++processed_[l];
+        ++processedAll_;
+        topUp(false);
+        postReceives(false);
+      }
+    }
+    topUp(true);  // own sends past the last fold (a block with more segments than this rank receives)
+    flight_->waitAllSends();
+  }
+
+ private:
+  size_t es() const { return o_.elemSize; }
+  size_t slotIndex(int l, size_t u) const { return (u % lane_[l].window) * lane_[l].group; }
+  size_t slotOffset(int l, size_t index) const { return slotBase_[l] + index * lane_[l].slotElems * es(); }
+  std::byte* slot(int l, size_t index) const { return slots_ + slotOffset(l, index); }
+  size_t dstOffset(const Range& r) const { return (r.offset - o_.dstShift) * es(); }
+  std::byte* dst(const Range& r) const { return o_.dst + dstOffset(r); }
+  const std::byte* src(const Range& r) const { return o_.src + (r.offset - o_.srcShift) * es(); }
+
+  transport::MemoryRegion& dstRegion() {
+    if (dstRegion_ == nullptr) dstRegion_ = &flight_->region(o_.dst, o_.dstElems * es());
+    return *dstRegion_;
+  }
+  transport::MemoryRegion& srcRegion() {
+    if (srcRegion_ == nullptr) {
+      const bool same = o_.src == o_.dst && o_.srcShift == o_.dstShift && o_.srcElems == o_.dstElems;
+      srcRegion_ = same ? &dstRegion() : &flight_->region(o_.src, o_.srcElems * es());
+    }
+    return *srcRegion_;
+  }
+  // Where own sends read staged data: recvbuf at the same place, or scratch over stageRange.
+  std::byte* staged(const Range& r) {
+    if (o_.stageInDst) return dst(r);
+    if (stage_ == nullptr) {
+      stage_ = comm_.scratch(o_.stageRange.length * es(), 1);
+      stageRegion_ = &flight_->region(stage_, o_.stageRange.length * es());
+    }
+    return stage_ + (r.offset - o_.stageRange.offset) * es();
+  }
+  transport::MemoryRegion& stagedRegion() { return o_.stageInDst ? dstRegion() : *stageRegion_; }
+  size_t stagedOffset(const Range& r) const {
+    return o_.stageInDst ? dstOffset(r) : (r.offset - o_.stageRange.offset) * es();
+  }
+
+  void topUp(bool all) {
+    while (sent_ < ownCount_ && (all || pace_.lead == sched::kNoSend || sent_ < processedAll_ + pace_.lead)) {
+      const sched::OwnSend os = s_.ownSend(sent_);
+      const size_t bytes = os.range.length * es();
+      if (stageSends_) {
+        std::byte* to = staged(os.range);
+        if (os.stage && bytes > 0) {
+          if (pre_) {
+            RF_ENFORCE(red_ != nullptr, "preScale needs a reducer");
+            red_->scale(to, src(os.range), os.range.length, o_.dtype, o_.preScale);
+          } else {
+            std::memcpy(to, src(os.range), bytes);
+          }
+        }
+        flight_->postSend(os.peer, stagedRegion(), stagedOffset(os.range), bytes, o_.call.tag(os.sub),
+                          o_.call.check, ownKey(sent_));
+      } else {
+        flight_->postSend(os.peer, srcRegion(), (os.range.offset - o_.srcShift) * es(), bytes,
+                          o_.call.tag(os.sub), o_.call.check, ownKey(sent_));
+      }
+      ++sent_;
+    }
+  }
+
+  bool open(const Gate& g, bool block) {
+    uint64_t key = 0;
+    switch (g.kind) {
+      case Gate::kNone:
+        return true;
+      case Gate::kOwnSend:
+        if (sent_ <= g.index) return false;
+        key = ownKey(g.index);
+        break;
+      case Gate::kForward:
+        if (processed_[0] <= g.index) return false;
+        key = forwardKey(0, g.index);
+        break;
+    }
+    return !g.retire || flight_->retireSend(key, block || g.block);
+  }
+
+  void postReceives(bool block) {
+    for (int l = 0; l < lanes_; ++l) {
+      const sched::Lane& lane = lane_[l];
+      while (posted_[l] < lane.units && posted_[l] < processed_[l] + lane.window) {
+        const sched::Unit un = s_.unit(l, posted_[l]);
+        if (!open(un.gate, block)) break;
+        const size_t first = slotIndex(l, posted_[l]);
+        const size_t bytes = un.range.length * es();
+        for (size_t i = 0; i < lane.group; ++i) {
+          const int peer = s_.peer(l, posted_[l], i);
+          if (un.into == Place::kSlot) {
+            RF_ENFORCE(slotRegion_ != nullptr, "lane ", l, " receives into slots but has none");
+            flight_->postRecv(requestBase_[l] + first + i, peer, *slotRegion_, slotOffset(l, first + i), bytes,
+                              o_.call.tag(un.sub), o_.call.check);
+          } else {
+            flight_->postRecv(requestBase_[l] + first + i, peer, dstRegion(), dstOffset(un.range), bytes,
+                              o_.call.tag(un.sub), o_.call.check);
+          }
+        }
+        ++posted_[l];
+        block = false;
+      }
+    }
+  }
+
+  void process(int l, size_t u) {
+    const sched::Unit un = s_.unit(l, u);
+    const size_t first = slotIndex(l, u);
+    for (size_t i = 0; i < lane_[l].group; ++i) flight_->waitRecv(requestBase_[l] + first + i);
+    if (un.foldAfterOwn != sched::kNoSend) flight_->waitSend(ownKey(un.foldAfterOwn));
+    if (un.ownAt >= 0 && un.range.length > 0) fold(l, first, un);
+    if (un.forwardTo < 0) return;
+    const size_t bytes = un.range.length * es();
+    const uint64_t key = forwardKey(l, u);
+    if (un.forwardFrom == Place::kSlot) {
+      flight_->postSend(un.forwardTo, *slotRegion_, slotOffset(l, first), bytes, o_.call.tag(un.forwardSub),
+                        o_.call.check, key);
+    } else {
+      flight_->postSend(un.forwardTo, dstRegion(), dstOffset(un.range), bytes, o_.call.tag(un.forwardSub),
+                        o_.call.check, key);
+    }
+  }
+
+  // acc = x0 op x1, acc = acc op x2, ... over the group's receives and own (at ownAt).
+  void fold(int l, size_t first, const sched::Unit& un) {
+    RF_ENFORCE(red_ != nullptr, "a schedule that folds needs a reducer");
+    const Range& r = un.range;
+    std::byte* target = un.foldInto == Place::kDst ? dst(r) : slot(l, first);
+    const std::byte* own = src(r);
+    if (!un.stageOwn) {
+      if (stageSends_) own = staged(r);
+    } else if (pre_) {
+      std::byte* to = un.foldInto == Place::kDst ? target : comm_.scratch(r.length * es(), 2);
+      red_->scale(to, own, r.length, o_.dtype, o_.preScale);
+      own = to;
+    }
+    const size_t ownAt = static_cast<size_t>(un.ownAt);
+    auto operand = [&](size_t j) -> const std::byte* {
+      return j == ownAt ? own : slot(l, first + (j < ownAt ? j : j - 1));
+    };
+    const size_t operands = lane_[l].group + 1;
+    for (size_t j = 1; j < operands; ++j) {
+      const double scale = un.last && j == operands - 1 ? o_.finalScale : 1.0;
+      red_->reduce(target, j == 1 ? operand(0) : target, operand(j), r.length, o_.dtype, o_.op, scale);
+    }
+  }
+
+  Communicator& comm_;
+  const sched::Schedule& s_;
+  const Operands& o_;
+  Reducer* red_;  // null when the schedule folds nothing
+  const sched::Pacing& pace_;
+  const int lanes_;
+  const bool stageSends_, pre_;
+  sched::Lane lane_[kMaxLanes];
+  size_t requestBase_[kMaxLanes] = {}, slotBase_[kMaxLanes] = {};
+  size_t posted_[kMaxLanes] = {}, processed_[kMaxLanes] = {};
+  size_t processedAll_ = 0, sent_ = 0, ownCount_ = 0;
+  std::byte* slots_ = nullptr;
+  std::byte* stage_ = nullptr;
+  std::optional<Flight> flight_;
+  transport::MemoryRegion* slotRegion_ = nullptr;
+  transport::MemoryRegion* dstRegion_ = nullptr;
+  transport::MemoryRegion* srcRegion_ = nullptr;
+  transport::MemoryRegion* stageRegion_ = nullptr;
+};
+
+}  // namespace
+
+void execute(Communicator& comm, const sched::Schedule& schedule, const Operands& operands) {
+  Run(comm, schedule, operands).go();
+}
+
+void reduceLocal(const Operands& o) {
+  const size_t count = o.dstElems;
+  if (count == 0) return;
+  const std::byte* cur = o.src;
+  if (o.preScale != 1.0) {
+    o.reducer->scale(o.dst, cur, count, o.dtype, o.preScale);
+    cur = o.dst;
+  }
+  if (o.finalScale != 1.0) {
+    o.reducer->scale(o.dst, cur, count, o.dtype, o.finalScale);
+    cur = o.dst;
+  }
+  if (cur != o.dst) std::memcpy(o.dst, cur, count * o.elemSize);
+}
+
+}  // namespace ringfold::coll

@@ -1,0 +1,93 @@
+// Schedule: a collective's steps for one rank as a pure description, which the executor
+// (executor.h) runs. The concrete schedules are in collective_schedules.h; the index math they
+// use is in schedules.h.
+//
+// A schedule says which messages this rank sends of its own (own sends, paced `lead` ahead of
+// the folds), and gives a sequence of units. A unit is a group of receives (same range, one per
+// listed peer), then an optional fold of those receives and this rank's contribution in a given
+// order, then an optional forward of the result to one peer. Units come in lanes (the ring
+// allreduce has two: reduce-scatter, then allgather); each lane has its own receive cursor,
+// posted up to `window` units ahead of the fold, and the lanes are folded one after the other.
+// Nothing here knows buffers or transports: the executor turns ranges into addresses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/schedules.h"
+
+namespace ringfold::sched {
+enum class Place : uint8_t {
+  kSlot,  // a receive slot in the collective's scratch (slot of the unit's receive 0 for folds)
+  kDst,   // the result buffer, at the unit's range
+};
+
+constexpr size_t kNoSend = SIZE_MAX;
+
+// What must have happened before a unit's receives are posted: a send (this rank's own send
+// `index`, or the forward of unit `index` of lane 0) must have been posted and, with `retire`,
+// have completed (it reads the memory the receive overwrites).
+struct Gate {
+  enum Kind : uint8_t { kNone, kOwnSend, kForward } kind = kNone;
+  size_t index = 0;
+  bool retire = false;
+  bool block = false;  // wait for the send rather than stop the cursor until it completes
+};
+
+struct Unit {
+  Range range;                   // elements of the buffer every receive of the unit carries
+  uint32_t sub = 0;              // tag step of its receives (check.h)
+  Place into = Place::kSlot;
+  Gate gate;
+  // Fold: the group's receives and this rank's contribution, folded left to right with own at
+  // position ownAt (-1: no fold): acc = x0 op x1, acc = acc op x2, ...; `last` applies the
+  // final scale on the last operation.
+  int ownAt = -1;
+  Place foldInto = Place::kDst;
+  bool last = false;
+  bool stageOwn = true;            // preScale own at the fold (false: an own send staged it)
+  size_t foldAfterOwn = kNoSend;   // own send that must complete first (it reads the target)
+  // Forward of the folded (or received) range.
+  int forwardTo = -1;
+  uint32_t forwardSub = 0;
+  Place forwardFrom = Place::kDst;
+};
+
+// One of this rank's own messages; `stage`: preScale (or copy) its range before the first send.
+struct OwnSend {
+  int peer = 0;
+  uint32_t sub = 0;
+  Range range;
+  bool stage = true;
+};
+
+struct Lane {
+  size_t units = 0;
+  size_t window = 1;      // units posted ahead of the fold (and receive slots, with `group`)
+  size_t group = 1;       // receives per unit
+  size_t slotElems = 1;   // elements per receive slot
+};
+
+// Pipelining parameters of a schedule (why each value: see the schedule that sets it).
+struct Pacing {
+  size_t lead = 1;             // own sends posted ahead of the folds (kNoSend: all at once)
+  size_t sendWindow = 16;      // sends in flight before the oldest is waited for
+  bool receivesFirst = false;  // post the first receives before the first own sends
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  virtual int lanes() const = 0;
+  virtual Lane lane(int l) const = 0;
+  virtual size_t ownSends() const = 0;
+  virtual OwnSend ownSend(size_t i) const = 0;
+  virtual Unit unit(int l, size_t u) const = 0;
+  virtual int peer(int l, size_t u, size_t i) const = 0;  // sender of receive i of unit u
+  const Pacing& pacing() const { return pacing_; }
+
+ protected:
+  Pacing pacing_;
+};
+
+}  // namespace ringfold::sched
