@@ -10,14 +10,11 @@
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/job_store.h"
 #include "transport/memory_region.h"
+#include "transport/per_peer/device.h"
 
 namespace ringfold {
 
 namespace {
-
-// A tag no collective uses: a receive posted with it after an abort fails with the reason the
-// device was poisoned with (device.h: "every later request fails with ... message").
-constexpr uint64_t kProbeTag = ~uint64_t{0};
 
 std::string messageOf(const std::exception_ptr& error) {
   try {
@@ -49,6 +46,21 @@ std::exception_ptr makeError(transport::ErrorKind kind, int peer, const std::str
   }
 }
 
+// Connects `rank` of `size` through backends chosen per peer; `config` reaches every device.
+transport::per_peer::Connected connectPerPeerDevices(rendezvous::Store& store, const std::string& prefix, int rank,
+                                                     int size, const transport::DeviceConfig& config) {
+  transport::ConnectSpec spec;
+  spec.store = &store;
+  spec.prefix = prefix;
+  spec.rank = rank;
+  spec.size = size;
+  spec.timeout = params::kStartTimeout.asSeconds();
+  return transport::per_peer::connect(spec, transport::per_peer::Policy::fromParams(),
+                                      [&config](const std::string& backend) {
+                                        return transport::createDevice(backend, config);
+                                      });
+}
+
 CollectiveTuning tuningFromParams() {
   CollectiveTuning t;
   t.allreduceAlgorithm = params::kAlgo.str();
@@ -69,15 +81,28 @@ std::unique_ptr<Communicator> Communicator::connect(rendezvous::Store& store, in
                                         makeCpuReducer());
 }
 
+std::unique_ptr<Communicator> Communicator::connectPerPeer(rendezvous::Store& store, int rank, int size,
+                                                           const transport::DeviceConfig& config,
+                                                           const std::string& prefix) {
+  RF_ENFORCE(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " is not in [0, ", size, ")");
+  auto connected = connectPerPeerDevices(store, prefix, rank, size, config);
+  auto comm = std::make_unique<Communicator>(rank, size, std::move(connected.device), std::move(connected.peers),
+                                             makeCpuReducer());
+  comm->perPeer_ = config;
+  return comm;
+}
+
 std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
   setLogRank(info.rank);
   auto job = std::make_shared<rendezvous::JobStore>(rendezvous::openJobStore(info));
   // A single process talks to nobody: unless a transport was asked for, skip io_uring.
   const std::string transportName =
-      info.size == 1 && !params::kTransport.isSet() ? "loopback" : "";
+      info.size == 1 && !params::kTransport.isSet() ? "loopback" : params::kTransport.str();
   const std::string prefix = incarnation > 0 ? "rf/inc" + std::to_string(incarnation) : "rf";
-  auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName), prefix);
+  transport::DeviceConfig config;
+  config.storeAddress = info.storeAddr;
+  auto comm = connect(*job->store, info.rank, info.size, transport::createDevice(transportName, config), prefix);
   comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);
   comm->keepAlive(std::move(job));
   return comm;
@@ -150,11 +175,13 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
   }
   if (newRank < 0) RF_THROW(InvalidArgument, "split '", name, "': rank ", rank_, " is not a member");
   const std::string prefix = storePrefix_ + "/split/" + name;
-  auto device = transport::createDevice(device_->name());
-  auto peers = device->connectAll(*store_, prefix, newRank, static_cast<int>(ranks.size()),
-                                  params::kStartTimeout.asSeconds());
-  auto comm = std::make_unique<Communicator>(newRank, static_cast<int>(ranks.size()), std::move(device),
-                                             std::move(peers), makeCpuReducer());
+  const int newSize = static_cast<int>(ranks.size());
+  std::unique_ptr<Communicator> comm;
+  if (perPeer_) {
+    comm = connectPerPeer(*store_, newRank, newSize, *perPeer_, prefix);
+  } else {
+    comm = connect(*store_, newRank, newSize, transport::createDevice(device_->name()), prefix);
+  }
   comm->setStore(store_, prefix);
   comm->setTimeout(timeout_);
   comm->segmentBytes_ = segmentBytes_;
@@ -174,26 +201,10 @@ std::byte* Communicator::scratch(size_t bytes, int slot) {
   return buffer.data();
 }
 
-std::exception_ptr Communicator::probeAbortReason() {
-  static std::byte probeByte{};
-  for (auto& connection : peers_) {
-    if (!connection) continue;
-    try {
-      auto region = device_->registerMemory(&probeByte, 1);
-      auto request = connection->irecv(*region, 0, 0, kProbeTag, 0);
-      request->test();
-      return nullptr;  // not poisoned: nothing to learn
-    } catch (...) {
-      return std::current_exception();
-    }
-  }
-  return nullptr;
-}
-
 void Communicator::checkUsable(const char* collective) {
   if (error_) std::rethrow_exception(error_);
   if (device_->aborted()) {
-    error_ = probeAbortReason();
+    error_ = device_->abortReason();
     if (!error_) {
       error_ = makeError(transport::ErrorKind::kIo, -1,
                          detail::concat(collective, " on rank ", rank_, ": the communicator was aborted"));
@@ -203,30 +214,14 @@ void Communicator::checkUsable(const char* collective) {
 }
 
 void Communicator::fail(const char* collective, std::exception_ptr error) {
-  auto kind = transport::ErrorKind::kIo;
   int peer = -1;
   std::string text;
-  try {
-    std::rethrow_exception(error);
-  } catch (const MismatchError& e) {
-    kind = transport::ErrorKind::kMismatch;
-    text = e.what();
-  } catch (const InvalidArgument& e) {
-    kind = transport::ErrorKind::kInvalidArgument;
-    text = e.what();
-  } catch (const IoError& e) {
-    peer = e.peerRank();
-    text = e.what();
-  } catch (const std::exception& e) {
-    text = e.what();
-  } catch (...) {
-    text = "unknown exception";
-  }
+  const transport::ErrorKind kind = transport::per_peer::describeError(error, text, peer);
   const std::string original = text;
   std::exception_ptr final;
   if (device_->aborted()) {
     // Another rank aborted first; its reason is what every rank reports.
-    final = probeAbortReason();
+    final = device_->abortReason();
     if (!final || isLocalTransportFailure(final)) final = error;
   } else {
     std::string mine = text;
@@ -239,7 +234,7 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
       RF_LOG(kWarning) << "abort failed: " << e.what();
     }
     // On a group that aborts atomically (loopback) a concurrent abort may have won instead.
-    std::exception_ptr winner = probeAbortReason();
+    std::exception_ptr winner = device_->abortReason();
     if (winner && !isLocalTransportFailure(winner)) {
       std::string w = messageOf(winner);
       if (w != mine && w != original) final = winner;

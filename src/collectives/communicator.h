@@ -54,9 +54,18 @@ class Communicator {
                                                std::unique_ptr<transport::Device> device,
                                                const std::string& prefix = "rf");
 
+  // Connects each peer through the backend that suits it (transport/per_peer: the local backend
+  // to ranks of this host, the remote one to the others), waiting at most RINGFOLD_START_TIMEOUT.
+  // `config` reaches every backend's device; split() connects the same way.
+  static std::unique_ptr<Communicator> connectPerPeer(rendezvous::Store& store, int rank, int size,
+                                                      const transport::DeviceConfig& config,
+                                                      const std::string& prefix = "rf");
+
   // Everything from the environment: rank and size from any supported launcher's variables,
   // the TCP store (hosted by this process when it is rank 0 and nobody else hosts it), and the
-  // transport named by RINGFOLD_TRANSPORT (loopback for a single process when it is unset).
+  // transport named by RINGFOLD_TRANSPORT (loopback for a single process when it is unset;
+  // tcp_uring, the default, means a backend per peer as in connectPerPeer, told the store's
+  // address so that TCP listens on the interface that reaches it).
   // Errors name the variable that is wrong.
   // `incarnation` > 0 puts every store key under "rf/inc<N>", so that a job that shuts down and
   // starts again (same store, same ranks) never meets the previous incarnation's addresses.
@@ -92,7 +101,7 @@ class Communicator {
   void setStore(std::shared_ptr<rendezvous::Store> store, std::string prefix);
 
   // A communicator over `ranks` (ranks of this one, distinct; the new rank i is ranks[i]),
-  // with a fresh device of the same backend, connected through this group's store under
+  // with fresh devices of the same backends (chosen per peer again if this one's were), connected through this group's store under
   // "<prefix>/split/<name>". Every rank in `ranks` calls it with the same arguments; other
   // ranks do not call it. `name` must be new for this group. Timeout, segment size and tuning
   // are inherited. Throws InvalidArgument if this rank is not in `ranks` or a rank is out of
@@ -132,8 +141,6 @@ class Communicator {
   // Aborts the device with the error's kind and message, releases what is in flight, and
   // throws the error every rank of the group throws.
   [[noreturn]] void fail(const char* collective, std::exception_ptr error);
-  // After an abort: the error a new request on this device fails with, or null.
-  std::exception_ptr probeAbortReason();
 
   std::vector<std::shared_ptr<void>> keepAlive_;  // first member: destroyed last
   std::shared_ptr<rendezvous::Store> store_;
@@ -141,6 +148,7 @@ class Communicator {
   int rank_;
   int size_;
   std::unique_ptr<transport::Device> device_;
+  std::optional<transport::DeviceConfig> perPeer_;  // set when the backends were chosen per peer
   std::vector<std::unique_ptr<transport::Connection>> peers_;
   std::unique_ptr<Reducer> reducer_;
   std::chrono::milliseconds timeout_;

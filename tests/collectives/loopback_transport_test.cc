@@ -158,3 +158,70 @@ TEST(Loopback, MissingPeerTimesOutNamingIt) {
 }
 
 }  // namespace
+
+namespace {
+
+// abortReason() is what requests fail with: null while the device works, then the abort's
+// kind and text, on the aborting device and on its peer alike.
+TEST(Loopback, AbortReasonIsTheErrorRequestsFailWith) {
+  Pair p;
+  EXPECT_EQ(p.a->abortReason(), nullptr);
+  EXPECT_EQ(p.b->abortReason(), nullptr);
+  p.b->abort(transport::ErrorKind::kMismatch, "ranks disagree");
+  for (auto* d : {p.a.get(), p.b.get()}) {
+    auto why = d->abortReason();
+    ASSERT_NE(why, nullptr);
+    try {
+      std::rethrow_exception(why);
+    } catch (const MismatchError& e) {
+      EXPECT_STREQ(e.what(), "ranks disagree");
+    }
+  }
+}
+
+// A subset: rank 0 connects rank 2 only, rank 1 connects rank 2 only, rank 2 both; an abort
+// by rank 0 still reaches rank 1, which it reaches only through rank 2 (one group).
+TEST(Loopback, SubsetOfPeersAndOneGroup) {
+  rendezvous::HashStore store;
+  std::vector<std::unique_ptr<transport::Device>> d;
+  for (int r = 0; r < 3; ++r) d.push_back(transport::createDevice("loopback"));
+  std::vector<std::vector<std::unique_ptr<transport::Connection>>> c(3);
+  const std::vector<std::vector<bool>> peers = {{false, false, true}, {false, false, true}, {true, true, false}};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] { c[r] = d[r]->connectAll({&store, "s", r, 3, 5s, peers[r]}); });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(c[0][1], nullptr);
+  EXPECT_EQ(c[1][0], nullptr);
+  ASSERT_NE(c[2][0], nullptr);
+  ASSERT_NE(c[2][1], nullptr);
+  EXPECT_EQ(c[0][2]->peerRank(), 2);
+  d[0]->abort(transport::ErrorKind::kIo, "rank 0 stops");
+  EXPECT_TRUE(d[1]->aborted());
+  char byte = 0;
+  auto region = d[1]->registerMemory(&byte, 1);
+  EXPECT_THROW(c[1][2]->irecv(*region, 0, 1, 1, 0)->wait(1s), IoError);
+}
+
+// The wait hook runs while a receive blocks, and may abort the device it was given to.
+TEST(Loopback, WaitHookRunsAndMayAbort) {
+  Pair p;
+  int calls = 0;
+  p.b->setWaitHook([&] {
+    if (++calls == 5) p.b->abort(transport::ErrorKind::kIo, "hook gave up");
+  });
+  char byte = 0;
+  auto region = p.b->registerMemory(&byte, 1);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    p.ba().irecv(*region, 0, 1, 3, 0)->wait(5s);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_STREQ(e.what(), "hook gave up");
+  }
+  EXPECT_EQ(calls, 5);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
+}  // namespace

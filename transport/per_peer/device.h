@@ -1,0 +1,91 @@
+// per_peer backend: one rank's endpoint when its peers are reached through different backends
+// (unix_uring to the ranks of its host, tcp_uring to the others; shared memory and RDMA later).
+//
+// connect() is the entry point: it asks the selector (selector.h) which backend each peer gets,
+// creates one child device per backend in use (through the caller's Factory) and connects each
+// with its subset of peers under "<prefix>/<backend>", in the backends' name order on every rank
+// (so no two ranks wait on each other in different orders). With one backend in use it returns
+// that backend's device itself: a single-host or all-TCP job runs with no wrapper at all.
+//
+// Device: the composite of several children.
+//   * Connections are the children's, wrapped to unwrap the composite MemoryRegion, which holds
+//     one region registered with each child.
+//   * Progress: each child gets a wait hook that drives the other children (progress()) while
+//     it blocks, so a send queued on one backend moves while this rank waits on another.
+//   * One abort policy: abort() aborts every child. A child aborted by a peer makes the
+//     composite abort the others with the same kind and text (checked from every wait hook and
+//     from aborted()), so the peers reached only through another backend hear of it too, and
+//     every rank fails with one error whatever backend links it to the rank that failed.
+//     abortReason() is the reason of the child that aborted first (the peer's abort), else the
+//     first child's.
+//   * One thread drives it, as any Device.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/device.h"
+#include "transport/per_peer/selector.h"
+
+namespace ringfold::transport::per_peer {
+
+// Makes the device of one backend by name ("unix_uring", "tcp_uring", "loopback", ...).
+using Factory = std::function<std::unique_ptr<transport::Device>(const std::string& backend)>;
+
+struct Connected {
+  std::unique_ptr<transport::Device> device;  // a single backend's device, or a per_peer::Device
+  std::vector<std::unique_ptr<transport::Connection>> peers;  // by rank, null at spec.rank
+};
+
+// Selects (exchanging host identities under "<spec.prefix>/host/") and connects. spec.peers
+// must be empty (every peer).
+Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& factory,
+                  const std::string& myHost = selectionHostId());
+
+// Connects peer p through backendOf[p] ("" at spec.rank). With no peer, the device of
+// `fallback` connects nothing.
+Connected connectWith(const ConnectSpec& spec, const std::vector<std::string>& backendOf, const Factory& factory,
+                      const std::string& fallback);
+
+// The kind and text of an error, as abort() takes them (IoError's peer in `peer`, else -1).
+ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer);
+
+class Device final : public transport::Device {
+ public:
+  // `children[i]` serves the peers p with backendOf[p] == labels[i]; not yet connected.
+  Device(std::vector<std::string> labels, std::vector<std::unique_ptr<transport::Device>> children,
+         std::vector<std::string> backendOf);
+  ~Device() override;
+
+  const char* name() const override { return name_.c_str(); }
+  using transport::Device::connectAll;
+  std::vector<std::unique_ptr<transport::Connection>> connectAll(const ConnectSpec& spec) override;
+  std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t size) override;
+  void abort(ErrorKind kind, const std::string& message) override;
+  bool aborted() const override;
+  std::exception_ptr abortReason() const override;
+  void progress() override;
+  void setWaitHook(std::function<void()> hook) override { outerHook_ = std::move(hook); }
+
+  size_t childCount() const { return children_.size(); }
+  transport::Device& child(size_t i) { return *children_.at(i); }
+  const std::string& label(size_t i) const { return labels_.at(i); }  // the child's backend
+
+ private:
+  // Drives every child but `except`, spreads a peer's abort, runs the outer hook.
+  void pump(size_t except);
+  // If a child was aborted (by a peer), aborts the others with its reason. Returns whether any is.
+  bool spread() const;
+
+  std::string name_;  // "per_peer(<label>+<label>...)"
+  std::vector<std::string> labels_;
+  std::vector<std::unique_ptr<transport::Device>> children_;
+  std::vector<std::string> backendOf_;
+  std::function<void()> outerHook_;
+  mutable std::exception_ptr reason_;  // the reason spread to every child
+  mutable bool spreading_ = false;
+};
+
+}  // namespace ringfold::transport::per_peer

@@ -1,0 +1,71 @@
+// Selector: host identities through the store, and the backend each peer gets.
+#include "transport/per_peer/selector.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "rendezvous/store.h"
+#include "transport/host_identity.h"
+
+namespace ringfold::transport::per_peer {
+
+Policy Policy::fromParams() {
+  Policy p;
+  const std::string local = params::kLocalTransport.str();
+  if (local == "unix") {
+    p.local = "unix_uring";
+  } else if (local == "tcp") {
+    p.local = "tcp_uring";
+  } else {
+    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix or tcp");
+  }
+  return p;
+}
+
+std::string selectionHostId() {
+  if (params::kTestHostId.isSet()) return "test:" + params::kTestHostId.str();
+  const std::string id = hostIdentity();
+  return id.empty() ? "-" : id;
+}
+
+std::vector<std::string> exchangeHostIds(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                                         const std::string& myHost, std::chrono::milliseconds timeout) {
+  auto keyOf = [&](int r) { return detail::concat(prefix, "/host/", r); };
+  store.setString(keyOf(rank), myHost);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> hosts(size);
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) {
+      hosts[r] = myHost;
+      continue;
+    }
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(0));
+    try {
+      hosts[r] = store.getString(keyOf(r), left);
+    } catch (const TimeoutError&) {
+      RF_THROW(TimeoutError, "rank ", r, " did not publish its host identity (", keyOf(r), ") within ",
+               timeout.count(), " ms");
+    }
+  }
+  return hosts;
+}
+
+std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds, int rank, const Policy& policy) {
+  RF_ENFORCE(rank >= 0 && rank < static_cast<int>(hostIds.size()), "rank ", rank, " of ", hostIds.size());
+  std::vector<std::string> backends(hostIds.size());
+  const std::string& mine = hostIds[rank];
+  for (size_t p = 0; p < hostIds.size(); ++p) {
+    if (static_cast<int>(p) == rank) continue;
+    const bool sameHost = mine != "-" && !mine.empty() && hostIds[p] == mine;
+    backends[p] = sameHost ? policy.local : policy.remote;
+    RF_LOG(kDebug) << "rank " << p << " (host " << hostIds[p] << (sameHost ? ", this host" : "") << "): "
+                   << backends[p];
+  }
+  return backends;
+}
+
+}  // namespace ringfold::transport::per_peer

@@ -1,0 +1,47 @@
+// Selector: which backend joins this rank to each peer. Every rank publishes its host identity
+// under "<prefix>/host/<rank>" and reads every peer's; a peer with the same identity (same
+// kernel boot and network namespace: see transport/host_identity.h) is on this host and gets the
+// local backend, any other peer the remote one. A peer whose identity is unknown ("-") goes to
+// the remote backend: it always works between processes.
+//
+//   local  backend : RINGFOLD_LOCAL_TRANSPORT: unix -> "unix_uring" (default), tcp -> "tcp_uring".
+//                    Issue 18's shared-memory backend becomes a third value here.
+//   remote backend : "tcp_uring" (issue 17's RDMA backend becomes a choice here).
+//
+// Contract: decisions are symmetric (rank a gives b the backend b gives a), since both compare
+// the same two published identities; so each backend's device connects the same pairs from
+// both ends. RINGFOLD_TEST_HOST_ID, when set, replaces this rank's identity (tests make one
+// machine look like several hosts).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ringfold::rendezvous {
+class Store;
+}
+
+namespace ringfold::transport::per_peer {
+
+struct Policy {
+  std::string local = "unix_uring";   // backend between ranks of one host
+  std::string remote = "tcp_uring";   // backend between hosts
+  // RINGFOLD_LOCAL_TRANSPORT's choice; throws InvalidArgument naming the variable if unknown.
+  static Policy fromParams();
+};
+
+// This rank's identity for the selection: RINGFOLD_TEST_HOST_ID if set, else hostIdentity()
+// ("-" when /proc does not tell).
+std::string selectionHostId();
+
+// Publishes `myHost` under "<prefix>/host/<rank>" and returns every rank's identity (by rank).
+// Throws TimeoutError naming the rank whose identity did not appear within `timeout`.
+std::vector<std::string> exchangeHostIds(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                                         const std::string& myHost, std::chrono::milliseconds timeout);
+
+// The backend of each peer, by rank ("" at `rank`): policy.local for a peer with this rank's
+// identity (known, not "-"), else policy.remote.
+std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds, int rank, const Policy& policy);
+
+}  // namespace ringfold::transport::per_peer
