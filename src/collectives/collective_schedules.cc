@@ -36,15 +36,15 @@ std::vector<Range> evenChunks(size_t count, int n) {
 
 RingAllreduceSchedule::RingAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool preStaged,
                                              bool inPlace)
-    : rank_(rank), n_(n), segElems_(segElems), retireOwn_(preStaged || inPlace), chunks_(evenChunks(count, n)),
+    : RingSchedule(rank, n), segElems_(segElems), retireOwn_(preStaged || inPlace), chunks_(evenChunks(count, n)),
       reduce_(chunks_, segElems, rank, false), gather_(chunks_, segElems, rank, true) {
-  pacing_.lead = 1;
-  pacing_.sendWindow = 16;
+  pacing_.lead = kLead;
+  pacing_.sendWindow = kSendWindow;
 }
 
 Lane RingAllreduceSchedule::lane(int l) const {
-  if (l == 0) return Lane{reduce_.units(), 32, 1, std::max<size_t>(1, std::min(segElems_, chunks_[0].length))};
-  return Lane{gather_.units(), 128, 1, 0};
+  if (l == 0) return Lane{reduce_.units(), kReduceWindow, 1, std::max<size_t>(1, std::min(segElems_, chunks_[0].length))};
+  return Lane{gather_.units(), kGatherWindow, 1, 0};
 }
 
 size_t RingAllreduceSchedule::ownSends() const {
@@ -52,13 +52,13 @@ size_t RingAllreduceSchedule::ownSends() const {
 }
 
 OwnSend RingAllreduceSchedule::ownSend(size_t i) const {
-  return OwnSend{mod(rank_ + 1, n_), 0, segment(chunks_[ringReduceSendChunk(rank_, 0, n_)], segElems_, i), true};
+  return OwnSend{right(), 0, segment(chunks_[ringReduceSendChunk(rank_, 0, n_)], segElems_, i), true};
 }
 
 Unit RingAllreduceSchedule::unit(int l, size_t u) const {
   Unit un;
   const uint32_t gatherSub = static_cast<uint32_t>(n_ - 1);
-  un.forwardTo = mod(rank_ + 1, n_);
+  un.forwardTo = right();
   if (l == 0) {
     const int s = reduce_.step(u);
     un.range = reduce_.range(u);
@@ -87,9 +87,9 @@ Unit RingAllreduceSchedule::unit(int l, size_t u) const {
 // ---- ring reduce-scatter ----
 
 RingReduceScatterSchedule::RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems)
-    : rank_(rank), n_(n), blockElems_(blockElems), segElems_(segElems), segments_(segmentCount(blockElems, segElems)) {
+    : RingSchedule(rank, n), blockElems_(blockElems), segElems_(segElems), segments_(segmentCount(blockElems, segElems)) {
   pacing_.lead = kWindow;
-  pacing_.sendWindow = 16;
+  pacing_.sendWindow = kSendWindow;
 }
 
 Lane RingReduceScatterSchedule::lane(int) const {
@@ -97,7 +97,7 @@ Lane RingReduceScatterSchedule::lane(int) const {
 }
 
 OwnSend RingReduceScatterSchedule::ownSend(size_t i) const {
-  return OwnSend{mod(rank_ + 1, n_), 0, segment(block(ringReduceSendChunk(rank_, 0, n_)), segElems_, i), true};
+  return OwnSend{right(), 0, segment(block(ringReduceSendChunk(rank_, 0, n_)), segElems_, i), true};
 }
 
 Unit RingReduceScatterSchedule::unit(int, size_t u) const {
@@ -111,7 +111,7 @@ Unit RingReduceScatterSchedule::unit(int, size_t u) const {
   un.last = s == n_ - 2;
   if (!un.last) {
     un.foldInto = Place::kSlot;
-    un.forwardTo = mod(rank_ + 1, n_);
+    un.forwardTo = right();
     un.forwardSub = static_cast<uint32_t>(s + 1);
     un.forwardFrom = Place::kSlot;
   }
@@ -121,18 +121,18 @@ Unit RingReduceScatterSchedule::unit(int, size_t u) const {
 // ---- ring allgather ----
 
 RingAllgatherSchedule::RingAllgatherSchedule(int rank, std::vector<Range> blocks, size_t segElems)
-    : rank_(rank), n_(static_cast<int>(blocks.size())), segElems_(segElems), blocks_(std::move(blocks)),
+    : RingSchedule(rank, static_cast<int>(blocks.size())), segElems_(segElems), blocks_(std::move(blocks)),
       steps_(blocks_, segElems, rank, true) {
-  pacing_.lead = 4;
-  pacing_.sendWindow = 16;
+  pacing_.lead = kLead;
+  pacing_.sendWindow = kSendWindow;
 }
 
-Lane RingAllgatherSchedule::lane(int) const { return Lane{steps_.units(), 4, 1, 0}; }
+Lane RingAllgatherSchedule::lane(int) const { return Lane{steps_.units(), kWindow, 1, 0}; }
 
 size_t RingAllgatherSchedule::ownSends() const { return segmentCount(blocks_[rank_].length, segElems_); }
 
 OwnSend RingAllgatherSchedule::ownSend(size_t i) const {
-  return OwnSend{mod(rank_ + 1, n_), 0, segment(blocks_[rank_], segElems_, i), false};
+  return OwnSend{right(), 0, segment(blocks_[rank_], segElems_, i), false};
 }
 
 Unit RingAllgatherSchedule::unit(int, size_t u) const {
@@ -142,7 +142,7 @@ Unit RingAllgatherSchedule::unit(int, size_t u) const {
   un.sub = static_cast<uint32_t>(s);
   un.into = Place::kDst;
   if (s < n_ - 2) {
-    un.forwardTo = mod(rank_ + 1, n_);
+    un.forwardTo = right();
     un.forwardSub = un.sub + 1;
   }
   return un;

@@ -25,30 +25,41 @@ class RingSteps {
   std::vector<size_t> start_;  // first unit of each step, then the total
 };
 
+// What the ring schedules share: rank r receives from r-1 and sends to r+1.
+class RingSchedule : public Schedule {
+ public:
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+ protected:
+  RingSchedule(int rank, int n) : rank_(rank), n_(n) {}
+  int right() const { return mod(rank_ + 1, n_); }
+  int rank_, n_;
+};
+
 // Ring allreduce, one round: lane 0 reduce-scatter (rank r's own contribution to chunk r-1 goes
 // out first, then each received segment is folded as acc = received op own into recvbuf and
 // sent on), lane 1 allgather (received straight into recvbuf and sent on). An allgather receive
 // overwrites what the reduce-scatter sent from that place, so it is posted once that send has
 // completed (out of place, step 0 sent from sendbuf and there is nothing to wait for).
-//   window 32 (reduce-scatter): wider than the sender's lead, so segments rarely arrive before
-//     their receive (a copy out of the transport's unexpected buffer), and wide enough that
-//     neighbours drifting apart at 4 ranks still find their receive posted;
-//   lead 1: a short lead keeps socket buffers and scratch small and cache-hot;
-//   window 128 (allgather): its receives land in recvbuf and need no scratch, so they are
-//     posted as early as their region allows, not queued behind the reduce-scatter ones.
-class RingAllreduceSchedule final : public Schedule {
+//   kReduceWindow: wider than the sender's lead, so segments rarely arrive before their receive
+//     (a copy out of the transport's unexpected buffer), and wide enough that neighbours
+//     drifting apart at 4 ranks still find their receive posted;
+//   kLead: a short lead keeps socket buffers and scratch small and cache-hot;
+//   kGatherWindow: allgather receives land in recvbuf and need no scratch, so they are posted
+//     as early as their region allows, not queued behind the reduce-scatter ones.
+// (docs/performance.md has the measurements behind these values.)
+class RingAllreduceSchedule final : public RingSchedule {
  public:
   // preStaged: own sends go out from a staged (preScaled) copy; inPlace: sendbuf == recvbuf.
   RingAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool preStaged, bool inPlace);
+  static constexpr size_t kReduceWindow = 32, kGatherWindow = 128, kLead = 1, kSendWindow = 16;
   int lanes() const override { return 2; }
   Lane lane(int l) const override;
   size_t ownSends() const override;
   OwnSend ownSend(size_t i) const override;
   Unit unit(int l, size_t u) const override;
-  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
 
  private:
-  int rank_, n_;
   size_t segElems_;
   bool retireOwn_;
   std::vector<Range> chunks_;
@@ -59,7 +70,7 @@ class RingAllreduceSchedule final : public Schedule {
 // made in the receive slot (acc = received op own) and sent on from there, so a slot is reused
 // once its forward has completed; the last step folds into recvbuf (block `rank`). 4 slots and
 // a lead of 4 keep the scratch to a few segments.
-class RingReduceScatterSchedule final : public Schedule {
+class RingReduceScatterSchedule final : public RingSchedule {
  public:
   RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems);
   int lanes() const override { return 1; }
@@ -67,30 +78,27 @@ class RingReduceScatterSchedule final : public Schedule {
   size_t ownSends() const override { return segments_; }
   OwnSend ownSend(size_t i) const override;
   Unit unit(int l, size_t u) const override;
-  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
 
-  static constexpr size_t kWindow = 4;
+  static constexpr size_t kWindow = 4, kSendWindow = 16;
 
  private:
   Range block(int c) const { return Range{static_cast<size_t>(c) * blockElems_, blockElems_}; }
-  int rank_, n_;
   size_t blockElems_, segElems_, segments_;
 };
 
 // Ring allgather(v): block c (chunks[c]) is received straight into its place and sent on from
-// there; this rank's own block goes out first. Window and lead 4.
-class RingAllgatherSchedule final : public Schedule {
+// there; this rank's own block goes out first, kLead segments ahead of the receives.
+class RingAllgatherSchedule final : public RingSchedule {
  public:
   RingAllgatherSchedule(int rank, std::vector<Range> blocks, size_t segElems);
+  static constexpr size_t kWindow = 4, kLead = 4, kSendWindow = 16;
   int lanes() const override { return 1; }
   Lane lane(int l) const override;
   size_t ownSends() const override;
   OwnSend ownSend(size_t i) const override;
   Unit unit(int l, size_t u) const override;
-  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
 
  private:
-  int rank_, n_;
   size_t segElems_;
   std::vector<Range> blocks_;
   RingSteps steps_;
