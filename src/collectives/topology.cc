@@ -38,6 +38,8 @@ HostLayout describeHosts(Communicator& comm, const std::string& hostId) {
     layout.hosts[it->second].push_back(r);
   }
   const int me = comm.rank();
+  layout.rank = me;
+  layout.size = n;
   const auto local = layout.localRanks(me);
   layout.localRank = static_cast<int>(std::find(local.begin(), local.end(), me) - local.begin());
   layout.localSize = static_cast<int>(local.size());
@@ -55,6 +57,11 @@ HostSplit splitByHost(Communicator& comm, const std::string& hostId, const std::
   split.local = comm.split(split.layout.localRanks(me), name + "/local" + std::to_string(split.layout.hostOf[me]));
   split.cross = comm.split(split.layout.crossRanks(me), name + "/cross" + std::to_string(split.layout.localRank));
   return split;
+}
+
+std::string hostIdFromLaunch(const Topology& launched) {
+  if (launched.crossRank < 0 || launched.localRank < 0) return thisHostName();
+  return "host@" + std::to_string(launched.rank - launched.localRank);
 }
 
 std::string thisHostName() {

@@ -2,13 +2,8 @@
 // algorithms (reduce inside each host, then across hosts) and for Horovod's local/cross
 // rank queries.
 //
-// Vocabulary (Horovod's)
-//   host       : ranks that gave the same host id (e.g. the hostname); hosts are numbered in
-//                order of their lowest rank.
-//   local      : the ranks of one host, in rank order; local rank = index among them.
-//   cross      : the ranks with the same local rank, one per host that has it, in host order;
-//                cross rank = index among them (the host's index when every host has as many
-//                ranks: a homogeneous job).
+// Vocabulary: common/topology.h's (local, cross), where a host is the ranks that gave the same
+// host id (e.g. the hostname), hosts numbered in order of their lowest rank.
 //
 // Contract: describeHosts() and splitByHost() are collective over `comm` (every rank calls them
 // with its own host id) and give every rank a consistent picture. splitByHost() builds the two
@@ -20,13 +15,14 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "common/topology.h"
 
 namespace ringfold {
 
-struct HostLayout {
+// This rank's Topology within the communicator, and the host of every rank.
+struct HostLayout : Topology {
   std::vector<int> hostOf;              // rank -> host index
   std::vector<std::vector<int>> hosts;  // host index -> its ranks, ascending
-  int localRank = 0, localSize = 1, crossRank = 0, crossSize = 1;
   bool homogeneous = true;              // every host runs as many ranks
 
   std::vector<int> localRanks(int rank) const;  // ranks on `rank`'s host
@@ -45,5 +41,12 @@ HostSplit splitByHost(Communicator& comm, const std::string& hostId, const std::
 
 // This machine's host name (for the default host id).
 std::string thisHostName();
+
+// The host id of a rank whose launcher said where it runs (`launched`: the bootstrap's
+// Topology). Launchers that place ranks host by host (ringfoldrun, horovodrun, torchrun) give
+// every host consecutive ranks, so a host is named by its first rank, rank - localRank (the
+// cross rank is not a host's name when hosts run different numbers of ranks). When the
+// launcher's layout is not known (crossRank or localRank < 0), this machine's host name.
+std::string hostIdFromLaunch(const Topology& launched);
 
 }  // namespace ringfold

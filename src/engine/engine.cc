@@ -75,12 +75,20 @@ EngineOptions EngineOptions::fromParams() {
   return o;
 }
 
-Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topology topology)
+namespace {
+HostLayout withIdentity(HostLayout hosts, const Communicator& comm) {
+  hosts.rank = comm.rank();
+  hosts.size = comm.size();
+  return hosts;
+}
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, HostLayout hosts)
     : rank_(world->rank()),
       size_(world->size()),
-      topology_(topology),
+      topology_(withIdentity(std::move(hosts), *world)),
       options_(std::move(options)),
-      operations_(&timeline_, topology.localRank),
+      operations_(&timeline_, topology_.localRank),
       tuned_{options_.fusionThresholdBytes, options_.cycleTimeMs} {
   std::vector<int> everyone(size_);
   for (int r = 0; r < size_; ++r) everyone[r] = r;
@@ -142,10 +150,8 @@ std::unique_ptr<Engine> Engine::fromEnvironment(std::vector<std::vector<int>> pr
   const rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
   auto world = Communicator::fromEnvironment(incarnation);
   // Hosts as the launcher laid them out; without that (uneven placement), by host name.
-  const std::string hostId = info.crossRank >= 0 ? "host#" + std::to_string(info.crossRank) : thisHostName();
-  const HostLayout layout = describeHosts(*world, hostId);
-  Topology topology{layout.localRank, layout.localSize, layout.crossRank, layout.crossSize, layout.homogeneous};
-  return std::make_unique<Engine>(std::move(world), std::move(options), topology);
+  HostLayout hosts = describeHosts(*world, hostIdFromLaunch(info));
+  return std::make_unique<Engine>(std::move(world), std::move(options), std::move(hosts));
 }
 
 // ---- the caller's side ----------------------------------------------------------------------

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/topology.h"
 #include "engine/autotune.h"
 #include "engine/engine_options.h"
 #include "engine/handle_table.h"
@@ -81,7 +82,9 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(std::unique_ptr<Communicator> world, EngineOptions options, Topology topology = {});
+  // `hosts`: this rank's place among the hosts (describeHosts); its rank and size are the
+  // communicator's. The default: every rank alone on its host.
+  Engine(std::unique_ptr<Communicator> world, EngineOptions options, HostLayout hosts = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -131,7 +134,7 @@ class Engine {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const Topology& topology() const { return topology_; }
+  const HostLayout& topology() const { return topology_; }
   // The GPU this rank uses when a tensor does not say (defaultCudaDevice in device_ops.h), -1
   // without CUDA support or device. Thread-safe.
   int cudaDevice();
@@ -166,7 +169,7 @@ class Engine {
 
   const int rank_;
   const int size_;
-  const Topology topology_;
+  const HostLayout topology_;
   EngineOptions options_;
   HandleTable handles_;
   Timeline timeline_;

@@ -1,6 +1,6 @@
-// EngineOptions and Topology: what an Engine is built with. EngineOptions::fromParams() reads
-// every RINGFOLD_* (and HOROVOD_*) engine variable (params.def) and throws InvalidArgument naming
-// a bad one; Topology is the rank's place among the hosts, from the bootstrap.
+// EngineOptions: what an Engine is built with. EngineOptions::fromParams() reads every
+// RINGFOLD_* (and HOROVOD_*) engine variable (params.def) and throws InvalidArgument naming a
+// bad one.
 #pragma once
 
 #include <chrono>
@@ -33,11 +33,6 @@ struct EngineOptions {
 
   // Every RINGFOLD_* (and HOROVOD_*) engine variable; InvalidArgument names a bad one.
   static EngineOptions fromParams();
-};
-
-struct Topology {
-  int localRank = 0, localSize = 1, crossRank = 0, crossSize = 1;
-  bool homogeneous = true;  // every host runs as many ranks
 };
 
 }  // namespace ringfold::engine

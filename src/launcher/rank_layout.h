@@ -1,11 +1,9 @@
 // RankLayout: which rank runs on which host, and the rank numbers each one is told.
 //
 // Ranks fill the hosts in -H order, each host up to its slots (horovodrun's placement):
-// `-np 5 -H a:2,b:2,c:4` puts ranks 0-1 on a, 2-3 on b, 4 on c. Then, as in Horovod:
-//   localRank / localSize : index among, and number of, the ranks on the same host;
-//   crossRank / crossSize : index of this host among, and number of, the hosts that run a rank
-//                           with this same localRank (hosts with fewer ranks drop out).
-// Hosts that receive no rank are left out of the layout.
+// `-np 5 -H a:2,b:2,c:4` puts ranks 0-1 on a, 2-3 on b, 4 on c. Each rank's local and cross
+// rank/size follow from that as common/topology.h defines them. Hosts that receive no rank are
+// left out of the layout.
 //
 // Locality: ranks on a local host are forked here; the others start over ssh. isLocalHost()
 // accepts "localhost", any 127.x.x.x address, "::1", this machine's hostname (short or full),
@@ -18,17 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "common/topology.h"
 #include "launcher/launch_options.h"
 
 namespace ringfold::launcher {
 
-struct RankSlot {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;
-  int localSize = 1;
-  int crossRank = 0;
-  int crossSize = 1;
+// One rank's place (common/topology.h) and where it runs.
+struct RankSlot : Topology {
   std::string host;  // as written in -H (HOROVOD_HOSTNAME)
   bool local = true;  // runs on this machine (else over ssh)
 };

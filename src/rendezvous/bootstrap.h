@@ -32,15 +32,14 @@
 
 #include <string>
 
+#include "common/topology.h"
+
 namespace ringfold::rendezvous {
 
-struct BootstrapInfo {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;
-  int localSize = 1;       // -1 when unknown (Azure ML: torchrun's names without LOCAL_WORLD_SIZE)
-  int crossRank = 0;       // -1 when it cannot be derived (uneven placement)
-  int crossSize = 1;       // -1 when it cannot be derived
+// This rank's place in the job (common/topology.h) as the environment gives it, where
+// localSize is -1 when unknown (Azure ML: torchrun's names without LOCAL_WORLD_SIZE) and
+// crossRank/crossSize are -1 when they cannot be derived (uneven placement); and the store.
+struct BootstrapInfo : Topology {
   std::string storeAddr;  // empty for a single process
   int storePort = 0;
   std::string secret;     // raw bytes of the job secret

@@ -55,5 +55,39 @@ TEST(Topology, UnevenHostsAreNotHomogeneous) {
   EXPECT_EQ(layouts[2].crossSize, 1);   // local rank 2 only on host x
 }
 
+// What ringfoldrun -np 3 -H a:1,b:2 tells its ranks (launcher/rank_layout.h): rank 0 alone on a,
+// ranks 1 and 2 on b. hostIdFromLaunch() must name the hosts so that describeHosts() gives back
+// the launcher's own local and cross values. (The cross rank is no host name here: ranks 0 and 2
+// both have cross rank 0.)
+TEST(Topology, HostIdsFromAnUnevenLaunchGiveTheLaunchersLayout) {
+  const std::vector<Topology> launched = {
+      {0, 3, 0, 1, 0, 2},  // a, local 0: cross rank 0 of the 2 hosts with a local rank 0
+      {1, 3, 0, 2, 1, 2},  // b, local 0: cross rank 1 of 2
+      {2, 3, 1, 2, 0, 1},  // b, local 1: the only host with a local rank 1
+  };
+  EXPECT_NE(hostIdFromLaunch(launched[0]), hostIdFromLaunch(launched[1]));
+  EXPECT_EQ(hostIdFromLaunch(launched[1]), hostIdFromLaunch(launched[2]));
+  std::vector<HostLayout> layouts(3);
+  std::mutex mu;
+  auto errors = rftest::runRanks(3, [&](Communicator& comm) {
+    HostLayout l = describeHosts(comm, hostIdFromLaunch(launched[comm.rank()]));
+    std::lock_guard<std::mutex> lock(mu);
+    layouts[comm.rank()] = l;
+  });
+  for (auto& e : errors) ASSERT_EQ(rftest::describe(e), "ok");
+  for (int r = 0; r < 3; ++r) {
+    const Topology& want = launched[r];
+    const HostLayout& got = layouts[r];
+    EXPECT_EQ(std::vector<int>({got.rank, got.size, got.localRank, got.localSize, got.crossRank, got.crossSize}),
+              std::vector<int>({want.rank, want.size, want.localRank, want.localSize, want.crossRank, want.crossSize}))
+        << "rank " << r;
+  }
+  EXPECT_FALSE(layouts[0].homogeneous);
+  // Without a launcher's layout: the machine's name.
+  Topology unknown;
+  unknown.crossRank = -1;
+  EXPECT_EQ(hostIdFromLaunch(unknown), thisHostName());
+}
+
 }  // namespace
 }  // namespace ringfold

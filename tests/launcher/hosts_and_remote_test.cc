@@ -142,7 +142,7 @@ TEST(RankEnvironment, RemoteRanksGetTheJobsVariablesOnly) {
   LaunchOptions o = parseLaunchOptions(Args{"-np", "2", "-H", "a:1,b:1", "-x", "FOO=new", "-x", "KEEP",
                                             "-x", "ABSENT", "--network-interface", "eth0",
                                             "--start-timeout", "5", "cmd"});
-  RankSlot slot{1, 2, 0, 1, 1, 2, "b", false};
+  RankSlot slot{{1, 2, 0, 1, 1, 2}, "b", false};
   StoreEndpoint store{"10.0.0.1", 4242, "c0ffee"};
   auto env = buildRemoteEnvironment({"FOO=old", "KEEP=kept", "PATH=/launcher/bin", "HOME=/root",
                                      "RINGFOLD_LOG_LEVEL=debug", "HOROVOD_FUSION_THRESHOLD=1",

@@ -135,6 +135,19 @@ TEST(RankLayout, FillsHostsInOrderWithHorovodCrossRanks) {
   EXPECT_THROW(computeRankLayout({{"a", 2}}, 3), UsageError);
 }
 
+// -H a:1,b:2: the layout tests/collectives/topology_test.cc gives describeHosts (the cross rank
+// of rank 2 is 0, like rank 0's, although they run on different hosts).
+TEST(RankLayout, UnevenHostsShareCrossRanks) {
+  auto slots = computeRankLayout({{"a", 1}, {"b", 2}}, 3);
+  ASSERT_EQ(slots.size(), 3u);
+  const int want[3][6] = {{0, 3, 0, 1, 0, 2}, {1, 3, 0, 2, 1, 2}, {2, 3, 1, 2, 0, 1}};
+  for (int r = 0; r < 3; ++r) {
+    const Topology& t = slots[r];
+    EXPECT_EQ(std::vector<int>({t.rank, t.size, t.localRank, t.localSize, t.crossRank, t.crossSize}),
+              std::vector<int>(want[r], want[r] + 6)) << "rank " << r;
+  }
+}
+
 TEST(RankLayout, SingleHost) {
   auto slots = computeRankLayout({{"localhost", 8}}, 3);
   ASSERT_EQ(slots.size(), 3u);
@@ -186,7 +199,7 @@ TEST(RankLayout, LocalHostFlagsAndSlots) {
 TEST(RankEnvironment, SetsIdentityStoreAndExports) {
   LaunchOptions o = parseLaunchOptions(Args{"-np", "4", "-x", "FOO=new", "-x", "KEEP",
                                             "--start-timeout", "7", "cmd"});
-  RankSlot slot{2, 4, 2, 4, 0, 1, "localhost"};
+  RankSlot slot{{2, 4, 2, 4, 0, 1}, "localhost"};
   StoreEndpoint store{"127.0.0.1", 4242, "c0ffee"};
   auto env = buildRankEnvironment({"FOO=old", "KEEP=kept", "RINGFOLD_RANK=99", "PATH=/bin"}, o,
                                   slot, store);
