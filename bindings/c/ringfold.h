@@ -206,7 +206,8 @@ RINGFOLD_API bool horovod_gloo_built(void) RINGFOLD_NOEXCEPT;
 RINGFOLD_API int horovod_nccl_built(void) RINGFOLD_NOEXCEPT;
 RINGFOLD_API bool horovod_ddl_built(void) RINGFOLD_NOEXCEPT;
 RINGFOLD_API bool horovod_ccl_built(void) RINGFOLD_NOEXCEPT;
-/* True only when the engine accepts GPU tensors (not yet). */
+/* True in builds with CUDA, which are the builds whose engine accepts GPU tensors (allreduce and
+ * broadcast; see "GPU tensors"); whether a GPU is present is ringfold_cuda_device()'s answer. */
 RINGFOLD_API bool horovod_cuda_built(void) RINGFOLD_NOEXCEPT;
 /* The CUDA device this rank should use (see "GPU tensors"); -1 without CUDA support, without a
  * device, or before init. */
@@ -308,7 +309,7 @@ RINGFOLD_API int ringfold_join_async(int process_set, int64_t* handle) RINGFOLD_
 RINGFOLD_API int ringfold_barrier_async(int process_set, int64_t* handle) RINGFOLD_NOEXCEPT;
 
 /* ---- one entry point for every operation, with tensors as plain structs -------------------
- * The *_async functions above are shorthands for this. */
+ * The *_async functions above are shorthands for this: each fills these structs and calls it. */
 
 typedef struct ringfold_tensor {
   const void* data;      /* NULL only when the tensor has no elements (or for an output the

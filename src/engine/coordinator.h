@@ -2,7 +2,7 @@
 //
 // Every rank reports the tensors it has ready (requests); the coordinator counts them per name.
 // A tensor is *ready* when every rank of the set has submitted it, where a rank that has
-// joined (join.h semantics, as Horovod's hvd.join) counts as present for allreduce, which it
+// joined (Engine::join in engine.h, as Horovod's hvd.join) counts as present for allreduce, which it
 // feeds with zeros. Ready tensors are turned into responses in the order their names were first
 // submitted; the tensors of a group are released together, once all of them are ready.
 //
