@@ -8,7 +8,10 @@
 //     the rank that did not connect) once `timeout` passes.
 //   * connectAll(spec) connects exactly the peers spec.peers selects (empty: all of them); the
 //     returned vector has `size` entries, nullptr for `rank` and for every peer not selected.
-//     Two devices of one communicator connect under different prefixes.
+//     Two devices of one communicator connect under different prefixes. A backend that cannot
+//     reach a selected peer through its medium (unix_uring: a Unix connect refused by a security
+//     module) returns nullptr for it at both ends of the pair, and logs why; the caller joins
+//     those pairs through another backend.
 //   * abort(kind, message) poisons the device: every pending and later request on every
 //     connection fails with an error of `kind` carrying `message`, and each connected peer is
 //     told, so that its requests fail the same way within a bounded time instead of hanging.

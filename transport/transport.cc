@@ -52,14 +52,17 @@ std::vector<std::unique_ptr<Connection>> Device::connectAll(rendezvous::Store& s
 std::unique_ptr<Device> createDevice(const std::string& requested) { return createDevice(requested, DeviceConfig{}); }
 
 std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceConfig& config) {
-  (void)config;
   std::string name = requested.empty() ? params::kTransport.str() : requested;
   if (name == "loopback") return loopback::createDevice();
-  if (name == "tcp_uring" || name == "tcp") {
+  if (name == "tcp_uring" || name == "tcp" || name == "unix_uring") {
 #ifdef RINGFOLD_HAVE_URING
-    return tcp_uring::createDevice();
+    tcp_uring::Options options;
+    options.family = name == "unix_uring" ? tcp_uring::Family::kUnix : tcp_uring::Family::kTcp;
+    options.storeAddress = config.storeAddress;
+    options.listenAddress = config.listenAddress;
+    return tcp_uring::createDevice(options);
 #else
-    RF_THROW(InvalidArgument, "transport 'tcp_uring' was not built (liburing was not found at build time)");
+    RF_THROW(InvalidArgument, "transport '", name, "' was not built (liburing was not found at build time)");
 #endif
   }
   RF_THROW(InvalidArgument, params::kTransport.name, "='", name,

@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "transport/tcp_uring/interfaces.h"
+#include "transport/tcp_uring/mesh.h"
 #include "transport/tcp_uring/socket.h"
 
 namespace ringfold::transport::tcp_uring {

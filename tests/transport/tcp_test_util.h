@@ -66,6 +66,14 @@ class EnvGuard {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
+// The backend the per-peer selector gives ranks of one host under RINGFOLD_LOCAL_TRANSPORT (the
+// guard sets tcp unless told): "unix_uring" for unix, else "tcp_uring". Every rank of these
+// tests shares a host.
+inline const char* localBackend() {
+  const char* local = getenv("RINGFOLD_LOCAL_TRANSPORT");
+  return local != nullptr && std::string(local) == "unix" ? "unix_uring" : "tcp_uring";
+}
+
 // Byte i of the message identified by `seed`.
 inline uint8_t pattern(uint64_t seed, size_t i) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
@@ -95,7 +103,7 @@ struct Rank {
   transport::Connection& to(int r) { return *peers.at(r); }
 };
 
-// Runs `body` on `size` threads, each with its own tcp_uring Device connected to the others.
+// Runs `body` on `size` threads, each with its own localBackend() Device connected to the others.
 // Returns each rank's exception (null when it finished cleanly).
 inline std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Rank&)>& body,
                                                 std::chrono::milliseconds connectTimeout = 20s) {
@@ -105,7 +113,7 @@ inline std::vector<std::exception_ptr> runRanks(int size, const std::function<vo
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto device = transport::createDevice("tcp_uring");
+        auto device = transport::createDevice(localBackend());
         auto peers = device->connectAll(store, "t", r, size, connectTimeout);
         Rank rank{r, size, *device, peers};
         body(rank);

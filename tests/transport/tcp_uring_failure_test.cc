@@ -9,7 +9,7 @@
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
 #include "transport/tcp_uring/frame.h"
-#include "transport/tcp_uring/socket.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::test {
 namespace {
@@ -246,7 +246,6 @@ IoError rankZeroTimesOut(const std::function<void(std::vector<tu::Socket>& toRan
       o.size = 3;
       o.socketsPerPeer = 2;
       o.listenAddress = "127.0.0.1";
-      o.localUnix = false;
       o.timeout = 20s;
       auto mesh = tu::connectMesh(store, o);
       if (r == 1) script(mesh[0]);
@@ -622,16 +621,6 @@ TEST(TcpUringFailure, BadSettingsNameTheVariable) {
   {
     EnvGuard env{{"RINGFOLD_SOCKETS_PER_PEER", "0"}};
     EXPECT_THROW(transport::createDevice("tcp_uring"), InvalidArgument);
-  }
-  {
-    EnvGuard env{{"RINGFOLD_LOCAL_TRANSPORT", "shm"}};
-    try {
-      transport::createDevice("tcp_uring");
-      ADD_FAILURE() << "RINGFOLD_LOCAL_TRANSPORT=shm was accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='shm' is not unix or tcp"), std::string::npos)
-          << e.what();
-    }
   }
 }
 

@@ -26,7 +26,7 @@
 #include "rendezvous/file_store.h"
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
-#include "transport/tcp_uring/socket.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::test {
 namespace {
@@ -80,7 +80,7 @@ class Job {
         };
         try {
           rendezvous::FileStore store(dir_);
-          auto device = transport::createDevice("tcp_uring");
+          auto device = transport::createDevice(localBackend());
           auto peers = device->connectAll(store, "p", r, size_, 20s);
           body(r, *device, peers, say);
           std::this_thread::sleep_for(linger);
@@ -320,7 +320,6 @@ CutResult cutScenario(Cut cut) {
       o.rank = 1;
       o.size = 2;
       o.listenAddress = "127.0.0.1";
-      o.localUnix = false;
       o.timeout = 20s;
       auto mesh = transport::tcp_uring::connectMesh(store, o);
       char byte;

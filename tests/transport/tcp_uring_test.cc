@@ -16,7 +16,7 @@
 #include "tcp_test_util.h"
 #include "rendezvous/hash_store.h"
 #include "transport/memory_region.h"
-#include "transport/tcp_uring/socket.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::test {
 namespace {
@@ -367,8 +367,9 @@ std::pair<tu::Socket, tu::Socket> meshPair(const tu::MeshOptions& for0, const tu
   return meshPair(store, for0, for1);
 }
 
-tu::MeshOptions pairOptions() {
+tu::MeshOptions pairOptions(tu::Family family = tu::Family::kUnix) {
   tu::MeshOptions o;
+  o.family = family;
   o.prefix = "pair";
   o.size = 2;
   o.listenAddress = "127.0.0.1";
@@ -420,22 +421,20 @@ void expectTcpRows(const std::vector<tu::Socket>& row0, const std::vector<tu::So
   }
 }
 
-TEST(TcpUringMesh, EitherRankAskingForTcpGetsTcp) {
+// The family is the caller's choice (RINGFOLD_LOCAL_TRANSPORT=tcp makes the per-peer selector
+// give same-host peers a TCP device): a TCP mesh uses TCP on one host too.
+TEST(TcpUringMesh, TcpFamilyUsesTcpOnOneHost) {
   EnvGuard env;
-  for (int which = 0; which < 2; ++which) {
-    tu::MeshOptions a = pairOptions(), b = pairOptions();
-    (which == 0 ? a : b).localUnix = false;
-    auto [at0, at1] = meshPair(a, b);
-    EXPECT_FALSE(tu::isUnixSocket(at0.fd())) << "rank " << which << " asked for tcp";
-    EXPECT_FALSE(tu::isUnixSocket(at1.fd())) << "rank " << which << " asked for tcp";
-  }
+  auto [at0, at1] = meshPair(pairOptions(tu::Family::kTcp), pairOptions(tu::Family::kTcp));
+  EXPECT_FALSE(tu::isUnixSocket(at0.fd()));
+  EXPECT_FALSE(tu::isUnixSocket(at1.fd()));
 }
 
 // Ranks in other network namespaces or on other machines cannot reach an abstract Unix socket:
-// a different host identity means TCP.
+// the selector gives them a TCP device, whose mesh does not look at host identities.
 TEST(TcpUringMesh, PeersOnAnotherHostUseTcp) {
   EnvGuard env;
-  tu::MeshOptions a = pairOptions(), b = pairOptions();
+  tu::MeshOptions a = pairOptions(tu::Family::kTcp), b = pairOptions(tu::Family::kTcp);
   a.socketsPerPeer = b.socketsPerPeer = 2;
   b.hostId = "another-boot.0:0";
   rendezvous::HashStore store;
@@ -464,16 +463,48 @@ class BrokenUnixNameStore : public rendezvous::HashStore {
 };
 
 // A Unix socket that refuses the connection (here: no such name; in life, a security module)
-// makes the connecting rank use TCP for that peer instead of retrying until the timeout.
-TEST(TcpUringMesh, UnreachableUnixSocketFallsBackToTcp) {
+// makes both ranks of the pair leave it out at once, saying why, instead of retrying until the
+// timeout: the per-peer device then joins them by TCP (transport_per_peer tests).
+TEST(TcpUringMesh, UnreachableUnixSocketIsReportedAtBothEnds) {
   EnvGuard env;
   BrokenUnixNameStore store;
   auto start = std::chrono::steady_clock::now();
   tu::MeshOptions o = pairOptions();
-  o.socketsPerPeer = 2;  // the one Unix socket it meant to open becomes the full TCP set
-  auto [row0, row1] = meshRows(store, o, o);
+  std::vector<std::vector<tu::Socket>> zeros, ones;
+  std::vector<std::string> why0, why1;
+  std::thread one([&] {
+    tu::MeshOptions mine = o;
+    mine.rank = 1;
+    ones = tu::connectMesh(store, mine, nullptr, &why1);
+  });
+  o.rank = 0;
+  zeros = tu::connectMesh(store, o, nullptr, &why0);
+  one.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  expectTcpRows(row0, row1, 2);
+  EXPECT_TRUE(zeros[1].empty());
+  EXPECT_TRUE(ones[0].empty());
+  EXPECT_NE(why0.at(1).find("cannot connect to rank 1's Unix socket"), std::string::npos) << why0.at(1);
+  EXPECT_EQ(why1.at(0), why0.at(1));
+}
+
+// The same through Devices: unix_uring returns no connection for the peer, at both ends.
+TEST(TcpUringMesh, UnreachableUnixPeerHasNoConnection) {
+  EnvGuard env;
+  BrokenUnixNameStore store;
+  std::vector<std::vector<std::unique_ptr<transport::Connection>>> peers(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto device = transport::createDevice("unix_uring");
+      EXPECT_STREQ(device->name(), "unix_uring");
+      peers[r] = device->connectAll(store, "u", r, 2, 10s);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_EQ(peers[0].size(), 2u);
+  ASSERT_EQ(peers[1].size(), 2u);
+  EXPECT_EQ(peers[0][1], nullptr);
+  EXPECT_EQ(peers[1][0], nullptr);
 }
 
 // The published "ip:port token host unix-name process" of `rank`, split at spaces.
@@ -508,6 +539,7 @@ TEST(TcpUringMesh, HelloWithoutTheTokenIsDroppedOnTheUnixSocket) {
   });
   auto fields = publishedFields(store, "pair/addr/1");
   ASSERT_EQ(fields.size(), 5u);
+  EXPECT_EQ(fields[0], "-");  // a Unix mesh has no TCP listener
   EXPECT_EQ(fields[2], transport::hostIdentity());
   ASSERT_NE(fields[3], "-");
   EXPECT_EQ(fields[4], transport::processIdentity());

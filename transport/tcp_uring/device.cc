@@ -14,7 +14,8 @@
 #include "transport/tcp_uring/liveness.h"
 #include "transport/tcp_uring/memory_region.h"
 #include "transport/tcp_uring/ring_loop.h"
-#include "transport/tcp_uring/socket.h"
+#include "transport/tcp_uring/interfaces.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::transport::tcp_uring {
 
@@ -52,11 +53,6 @@ Tuning Tuning::fromEnvironment() {
   t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
   t.timeout = params::kTimeout.asSeconds();
   t.socketBufferBytes = params::kSocketBufferBytes.asBytes();
-  const std::string local = params::kLocalTransport.str();
-  if (local != "unix" && local != "tcp") {
-    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix or tcp");
-  }
-  t.localUnix = local == "unix";
   if (params::kSocketsPerPeer.str() == "auto") {
     t.socketsPerPeer = 0;  // resolved in connect(), once the listen address is known
   } else {
@@ -67,8 +63,9 @@ Tuning Tuning::fromEnvironment() {
   return t;
 }
 
-Engine::Engine()
-    : tuning_(Tuning::fromEnvironment()),
+Engine::Engine(const Options& options)
+    : options_(options),
+      tuning_(Tuning::fromEnvironment()),
       ring_(std::make_unique<RingLoop>(static_cast<unsigned>(std::clamp<int64_t>(params::kUringEntries.asInt(), 8, 32768)),
                                        params::kUringSetup.str())),
       buffers_(128u << 20) {}
@@ -89,17 +86,24 @@ std::vector<PeerLink*> Engine::connect(const ConnectSpec& spec) {
   o.rank = rank;
   o.size = size;
   o.peers = spec.peers;
-  o.listenAddress = listenAddressFromEnvironment();
-  if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
+  o.family = options_.family;
+  if (o.family == Family::kTcp) {
+    o.listenAddress =
+        options_.listenAddress.empty() ? listenAddressFor(options_.storeAddress) : options_.listenAddress;
+    if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
+  } else if (tuning_.socketsPerPeer == 0) {
+    tuning_.socketsPerPeer = 1;  // one Unix socket per peer whatever the setting
+  }
   o.socketsPerPeer = tuning_.socketsPerPeer;
-  o.localUnix = tuning_.localUnix;
   o.timeout = spec.timeout;
   std::vector<int> pids;
-  std::vector<std::vector<Socket>> mesh = connectMesh(*spec.store, o, &pids);
+  std::vector<std::string> unreachable;
+  std::vector<std::vector<Socket>> mesh = connectMesh(*spec.store, o, &pids, &unreachable);
   std::vector<PeerLink*> links(size, nullptr);
   peers_.resize(size);
   int connected = 0;
   for (int p = 0; p < size; ++p) {
+    if (!unreachable[p].empty()) RF_LOG(kDebug) << "rank " << p << " left to another backend: " << unreachable[p];
     if (p == rank || mesh[p].empty()) continue;
     ++connected;
     for (Socket& s : mesh[p]) setDataSocketOptions(s.fd(), tuning_.timeout, tuning_.socketBufferBytes);
@@ -114,11 +118,10 @@ std::vector<PeerLink*> Engine::connect(const ConnectSpec& spec) {
     if (p) p->start();
   }
   ring_->submit();
-  int local = 0;
-  for (auto& p : peers_) local += (p && p->overUnix()) ? 1 : 0;
-  RF_LOG(kDebug) << "connected to " << connected << " peers (" << local << " on this host over Unix sockets), "
-                 << tuning_.socketsPerPeer << " TCP sockets to each other peer, one Unix socket to a local one, io_uring "
-                 << ring_->setupName();
+  RF_LOG(kDebug) << "connected to " << connected << " peers, "
+                 << (o.family == Family::kUnix ? std::string("one Unix socket")
+                                               : detail::concat(tuning_.socketsPerPeer, " TCP sockets"))
+                 << " to each, io_uring " << ring_->setupName();
   return links;
 }
 
@@ -496,9 +499,11 @@ namespace {
 
 class TcpDevice final : public Device {
  public:
-  TcpDevice() : engine_(std::make_shared<Engine>()) {}
+  explicit TcpDevice(const Options& options) : engine_(std::make_shared<Engine>(options)) {}
   ~TcpDevice() override { engine_->shutdown(); }
-  const char* name() const override { return "tcp_uring"; }
+  const char* name() const override {
+    return engine_->options().family == Family::kUnix ? "unix_uring" : "tcp_uring";
+  }
 
   using Device::connectAll;
   std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec) override {
@@ -526,6 +531,6 @@ class TcpDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> createDevice() { return std::make_unique<TcpDevice>(); }
+std::unique_ptr<Device> createDevice(const Options& options) { return std::make_unique<TcpDevice>(options); }
 
 }  // namespace ringfold::transport::tcp_uring

@@ -1,6 +1,7 @@
 // tcp_uring backend: ranks are processes; each pair is joined by RINGFOLD_SOCKETS_PER_PEER stream
-// sockets driven by one io_uring per device: TCP, or Unix-domain between ranks on one host
-// (RINGFOLD_LOCAL_TRANSPORT; see socket.h). See connection.h in this folder for the protocol,
+// sockets driven by one io_uring per device: TCP ("tcp_uring"), or one Unix-domain socket per
+// peer between ranks on one host ("unix_uring"); the creator chooses (Options::family; see
+// mesh.h). See connection.h in this folder for the protocol,
 // frame.h for the wire format and ring_loop.h for the completion loop.
 //
 // Engine: the state behind a Device, shared (shared_ptr) by the Device, its Connections and
@@ -31,12 +32,22 @@
 
 #include "transport/device.h"
 #include "transport/tcp_uring/frame.h"
+#include "transport/tcp_uring/socket.h"
 
 namespace ringfold::transport::tcp_uring {
 
+// What a tcp_uring device is told by its creator (transport::createDevice passes DeviceConfig).
+struct Options {
+  Family family = Family::kTcp;
+  // TCP: the store's host; the device listens on the interface that reaches it (interfaces.h).
+  std::string storeAddress;
+  // TCP: listen here instead (an IPv4 address); empty: chosen from storeAddress.
+  std::string listenAddress;
+};
+
 // Throws Error explaining why if io_uring cannot be used here (kernel too old, disabled by
 // sysctl kernel.io_uring_disabled, or blocked by seccomp).
-std::unique_ptr<Device> createDevice();
+std::unique_ptr<Device> createDevice(const Options& options = {});
 
 class RingLoop;
 class PeerLink;
@@ -54,22 +65,22 @@ struct Tuning {
   std::chrono::milliseconds timeout{300000};
   uint64_t socketBufferBytes = 0;
   int socketsPerPeer = 0;  // 0: auto (autoSocketsPerPeer)
-  bool localUnix = true;   // RINGFOLD_LOCAL_TRANSPORT: same-host peers over Unix sockets (socket.h)
   static Tuning fromEnvironment();
 };
 
 class Engine {
  public:
-  Engine();  // creates the ring; throws Error if io_uring is unavailable
+  explicit Engine(const Options& options);  // creates the ring; throws Error if io_uring is unavailable
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Connects to the peers spec.peers selects (all when empty; see socket.h); returns links
-  // indexed by rank (null at `rank` and at peers not selected).
+  // Connects to the peers spec.peers selects (all when empty; see mesh.h); returns links
+  // indexed by rank (null at `rank`, at peers not selected, and at Unix peers unreachable).
   std::vector<PeerLink*> connect(const ConnectSpec& spec);
 
   int rank() const { return rank_; }
+  const Options& options() const { return options_; }
   const Tuning& tuning() const { return tuning_; }
   RingLoop& ring() { return *ring_; }
   BufferPool& buffers() { return buffers_; }
@@ -128,6 +139,7 @@ class Engine {
   // its process is stopped or gone where this rank can look (liveness.h).
   std::string silence(int at, int via) const;
 
+  Options options_;
   Tuning tuning_;
   std::unique_ptr<RingLoop> ring_;
   BufferPool buffers_;

@@ -1,4 +1,4 @@
-// The start-up mesh of the tcp_uring backend (connectMesh, socket.h).
+// The start-up mesh of the tcp_uring backend (connectMesh, mesh.h).
 //
 // Strangers. A rank's listening TCP port and abstract Unix socket (whose name any local user can
 // read in /proc/net/unix) accept connections from anyone while the mesh forms. Nothing an
@@ -30,7 +30,7 @@
 #include "common/params.h"
 #include "rendezvous/secret.h"
 #include "rendezvous/store.h"
-#include "transport/tcp_uring/socket.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::transport::tcp_uring {
 
@@ -62,9 +62,10 @@ void setNonBlocking(int fd, bool on) {
   RF_CHECK_ERRNO(fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK)), "fcntl(F_SETFL)");
 }
 
-// A peer's published "ip:port token host unix-name process" ("-" for an unknown host, no Unix
-// socket, or an unknown process identity).
+// A peer's published "ip:port token host unix-name process" ("-" for no TCP listener, an
+// unknown host, no Unix socket, or an unknown process identity).
 struct PeerAddress {
+  bool tcp = false;  // published an ip:port
   sockaddr_in address{};
   std::string token;
   std::string host;      // empty: unknown
@@ -79,13 +80,15 @@ PeerAddress parseAddress(const std::string& text, int peer) {
   auto colon = endpoint.rfind(':');
   PeerAddress a;
   a.address.sin_family = AF_INET;
-  if (process.empty() || (in >> extra) || colon == std::string::npos || token.size() != kTokenBytes ||
-      inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &a.address.sin_addr) != 1) {
+  a.tcp = endpoint != "-";
+  if (process.empty() || (in >> extra) || token.size() != kTokenBytes ||
+      (a.tcp && (colon == std::string::npos ||
+                 inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &a.address.sin_addr) != 1))) {
     throw IoError(peer, detail::concat("rank ", peer, " published a malformed address '", text,
                                        "' (expected 'ip:port token host unix-name process'; ranks of different "
                                        "ringfold versions?)"));
   }
-  a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+  if (a.tcp) a.address.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
   a.token = token;
   if (host != "-") a.host = host;
   if (unixName != "-") a.unixName = unixName;
@@ -174,17 +177,22 @@ long long msLeft(Clock::time_point deadline) {
 class Mesh {
  public:
   Mesh(rendezvous::Store& store, const MeshOptions& o)
-      : store_(store), o_(o), token_(rendezvous::generateSecret()), unixFailed_(o.size, false), drops_(o.rank) {
+      : store_(store),
+        o_(o),
+        unix_(o.family == Family::kUnix),
+        perPeer_(unix_ ? 1 : o.socketsPerPeer),
+        token_(rendezvous::generateSecret()),
+        unreachable_(o.size),
+        drops_(o.rank) {
     RF_ENFORCE_EQ(token_.size(), kTokenBytes, "mesh token length");
     result_.resize(o.size);
-    attempts_.assign(o.size, std::vector<int>(o.socketsPerPeer, 0));
-    // A lower rank that turns out to reach us by a Unix socket sends one (see the hello).
+    attempts_.assign(o.size, std::vector<int>(perPeer_, 0));
     for (int p = 0; p < o.size; ++p) {
-      if (o.wants(p)) result_[p].resize(o.socketsPerPeer);
+      if (o.wants(p)) result_[p].resize(perPeer_);
     }
   }
 
-  std::vector<std::vector<Socket>> run(std::vector<int>* peerPids) {
+  std::vector<std::vector<Socket>> run(std::vector<int>* peerPids, std::vector<std::string>* unreachable) {
     deadline_ = Clock::now() + o_.timeout;
     listen();
     for (int peer = o_.rank + 1; peer < o_.size; ++peer) {
@@ -200,11 +208,18 @@ class Mesh {
                                            params::kStartTimeout.name, ")"));
       }
       addresses_.emplace_back(peer, parseAddress(text, peer));
+      const PeerAddress& a = addresses_.back().second;
+      if (unix_ && a.unixName.empty()) {
+        giveUp(peer, "it has no Unix socket");
+        continue;
+      }
+      if (!unix_ && !a.tcp) {
+        throw IoError(peer, detail::concat("rank ", peer, " published no TCP address ('", text,
+                                           "'): the ranks chose different socket families"));
+      }
       // One Unix socket is enough: several sockets help spread TCP flows over a link's queues
       // and paths, and between two processes of one kernel there are none.
-      const int count = viaUnix(peer, addresses_.back().second) ? 1 : o_.socketsPerPeer;
-      result_[peer].resize(count);
-      for (int i = 0; i < count; ++i) startConnect(peer, i);
+      for (int i = 0; i < perPeer_; ++i) startConnect(peer, i);
     }
     while (missing() > 0) step();
     drops_.flush();
@@ -214,15 +229,31 @@ class Mesh {
     if (peerPids != nullptr) {
       peerPids->assign(o_.size, 0);
       for (int p = 0; p < o_.size; ++p) {
-        if (o_.wants(p)) (*peerPids)[p] = localPid(publishedAddress(p).process, o_.processId);
+        if (o_.wants(p) && unreachable_[p].empty()) (*peerPids)[p] = localPid(publishedAddress(p).process, o_.processId);
       }
     }
+    if (unreachable != nullptr) *unreachable = unreachable_;
     return std::move(result_);
   }
 
  private:
   void listen() {
-    listenUnix();
+    if (unix_) {
+      listenUnix();
+    } else {
+      listenTcp();
+    }
+    const std::string addr = listener_.valid() ? listenerAddress() : "-";
+    const bool unixListening = unixListener_.valid();
+    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank),
+                     detail::concat(addr, " ", token_, " ", o_.hostId.empty() ? "-" : o_.hostId, " ",
+                                    unixListening ? unixName_ : "-", " ",
+                                    o_.processId.empty() ? "-" : o_.processId));
+    RF_LOG(kDebug) << "rank " << o_.rank << " listening on "
+                   << (unixListening ? "Unix socket @" + unixName_ : addr);
+  }
+
+  void listenTcp() {
     listener_ = Socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     RF_CHECK_ERRNO(listener_.fd(), "socket()");
     int one = 1;
@@ -234,40 +265,60 @@ class Mesh {
     }
     RF_CHECK_ERRNO(::bind(listener_.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), "bind(", o_.listenAddress, ")");
     RF_CHECK_ERRNO(::listen(listener_.fd(), SOMAXCONN), "listen()");
-    socklen_t len = sizeof(a);
-    RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
-    std::string addr = o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
-    const bool unixListening = unixListener_.valid();
-    store_.setString(o_.prefix + "/addr/" + std::to_string(o_.rank),
-                     detail::concat(addr, " ", token_, " ", o_.hostId.empty() ? "-" : o_.hostId, " ",
-                                    unixListening ? unixName_ : "-", " ",
-                                    o_.processId.empty() ? "-" : o_.processId));
-    RF_LOG(kDebug) << "rank " << o_.rank << " listening on " << addr
-                   << (unixListening ? " and on Unix socket @" + unixName_ : std::string());
   }
 
-  // The Unix-domain listener for same-host peers; none when the local transport is tcp, the
-  // host identity is unknown, or the socket cannot be made (then every peer uses TCP).
+  std::string listenerAddress() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    RF_CHECK_ERRNO(getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len), "getsockname()");
+    return o_.listenAddress + ":" + std::to_string(ntohs(a.sin_port));
+  }
+
+  // The Unix-domain listener; none when the socket cannot be made (published as "-": the lower
+  // ranks then report this rank unreachable, and the caller joins the pairs another way).
   void listenUnix() {
-    if (!o_.localUnix || o_.hostId.empty()) return;
     Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     // The name is random and separate from the token: abstract names are listed in /proc/net/unix.
     std::string name = "ringfold-" + rendezvous::generateSecret().substr(0, 32);
     sockaddr_un a;
     socklen_t len = abstractAddress(name, a);
     if (!s.valid() || ::bind(s.fd(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(s.fd(), SOMAXCONN) != 0) {
-      RF_LOG(kWarning) << "no Unix socket for same-host peers (" << std::strerror(errno) << "); they use TCP";
+      RF_LOG(kWarning) << "no Unix socket for same-host peers (" << std::strerror(errno)
+                       << "); they are reported unreachable over Unix sockets";
       return;
     }
     unixListener_ = std::move(s);
     unixName_ = std::move(name);
   }
 
-  // Whether to reach `peer` through its Unix socket: both ends listen on one and share a host,
-  // and connecting to it has not failed.
-  bool viaUnix(int peer, const PeerAddress& a) const {
-    return unixListener_.valid() && !a.unixName.empty() && !a.host.empty() && a.host == o_.hostId &&
-           !unixFailed_[peer];
+  // `peer` cannot be reached over Unix sockets: leave it out, and tell it (or, for a higher
+  // rank, the store tells it) so that it stops waiting for this rank's connection.
+  void giveUp(int peer, const std::string& why) {
+    unreachable_[peer] = why;
+    result_[peer].clear();
+    for (Pending& p : pending_) {
+      if (p.peer == peer && p.state != Pending::kReadHello) {
+        p.sock.reset();
+        p.peer = -2;
+      }
+    }
+    if (peer > o_.rank) store_.setString(unreachableKey(o_.rank, peer), why);
+  }
+
+  std::string unreachableKey(int lower, int higher) const {
+    return detail::concat(o_.prefix, "/unix-unreachable/", lower, "/", higher);
+  }
+
+  // A lower rank that could not reach this one over Unix sockets says so in the store.
+  void checkUnreachable() {
+    const Clock::time_point now = Clock::now();
+    if (now < nextUnreachableCheck_) return;
+    nextUnreachableCheck_ = now + std::chrono::milliseconds(100);
+    for (int peer = 0; peer < o_.rank; ++peer) {
+      if (!o_.wants(peer) || result_[peer].empty() || result_[peer][0].valid()) continue;
+      const std::string key = unreachableKey(peer, o_.rank);
+      if (store_.check({key})) giveUp(peer, store_.getString(key, std::chrono::milliseconds(1000)));
+    }
   }
 
   const PeerAddress& addressOf(int peer) const {
@@ -291,8 +342,9 @@ class Mesh {
   }
 
   void startConnect(int peer, int index) {
+    if (!unreachable_[peer].empty()) return;
     const PeerAddress& to = addressOf(peer);
-    const bool local = viaUnix(peer, to);
+    const bool local = unix_;
     Pending p(Pending::kConnecting, Socket(::socket(local ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)),
               peer, index);
     RF_CHECK_ERRNO(p.sock.fd(), "socket()");
@@ -307,12 +359,9 @@ class Mesh {
     if (local && r != 0 && errno != EAGAIN && errno != EINTR) {
       // The name was published after listen(), so this is not "not yet": a security module
       // forbids the connection, or the peer's identity matched by accident. TCP still works.
-      RF_LOG(kWarning) << "cannot connect to rank " << peer << "'s Unix socket (" << std::strerror(errno)
-                       << "); using TCP to reach it";
-      unixFailed_[peer] = true;
-      result_[peer].resize(o_.socketsPerPeer);  // the one Unix socket becomes a TCP set
-      for (int i = index + 1; i < o_.socketsPerPeer; ++i) startConnect(peer, i);
-      return startConnect(peer, index);
+      const std::string why = detail::concat("cannot connect to rank ", peer, "'s Unix socket (", std::strerror(errno), ")");
+      RF_LOG(kWarning) << why << "; reporting it unreachable over Unix sockets (the caller may use TCP)";
+      return giveUp(peer, why);
     }
     if (r != 0 && errno != EINPROGRESS) {  // refused (TCP), or a Unix listener's backlog full (EAGAIN)
       p.retryAt = Clock::now() + std::chrono::milliseconds(50);
@@ -359,6 +408,7 @@ class Mesh {
   }
 
   void step() {
+    if (unix_) checkUnreachable();
     long long left = msLeft(deadline_);
     if (left == 0) timedOut();
     Clock::time_point now = Clock::now();
@@ -375,8 +425,8 @@ class Mesh {
     for (auto [peer, index] : retry) startConnect(peer, index);
 
     std::vector<pollfd> fds;
-    fds.push_back({listener_.fd(), POLLIN, 0});
-    fds.push_back({unixListener_.fd(), POLLIN, 0});  // fd -1 (no Unix listener): poll skips it
+    fds.push_back({listener_.fd(), POLLIN, 0});      // fd -1 (no listener of that family): poll skips it
+    fds.push_back({unixListener_.fd(), POLLIN, 0});
     for (Pending& p : pending_) {
       if (!p.sock.valid()) {
         left = std::min<long long>(left, 10);
@@ -503,15 +553,11 @@ class Mesh {
       RF_THROW(InvalidArgument, "rank ", h.rank, " connected to rank ", o_.rank, " through a backend (",
                o_.prefix, ") that rank ", o_.rank, " does not use for it: the ranks chose backends differently");
     }
-    // A lower rank on this host sends its one socket here (see run()).
-    const bool overUnix = isUnixSocket(p.sock.fd());
-    // A rank's sockets are all Unix or all TCP: it falls back to TCP only when its Unix connect
-    // is refused, before any hello.
+    // The listener this came through has this mesh's family.
+    const bool overUnix = unix_;
     std::vector<Socket>& row = result_[h.rank];
-    const auto held = std::find_if(row.begin(), row.end(), [](const Socket& s) { return s.valid(); });
-    if (h.socketIndex < 0 || h.socketIndex >= (overUnix ? 1 : o_.socketsPerPeer) ||
-        (held != row.end() && isUnixSocket(held->fd()) != overUnix) ||
-        (h.socketIndex < static_cast<int>(row.size()) && row[h.socketIndex].valid())) {
+    if (h.socketIndex < 0 || h.socketIndex >= perPeer_ || h.socketIndex >= static_cast<int>(row.size()) ||
+        row[h.socketIndex].valid()) {
       RF_LOG(kWarning) << "dropping an unexpected connection from rank " << h.rank << " (socket " << h.socketIndex
                        << (overUnix ? ", Unix" : ", TCP") << ")";
       p.sock.reset();
@@ -525,20 +571,22 @@ class Mesh {
       p.peer = -2;
       return;
     }
-    row.resize(overUnix ? 1 : o_.socketsPerPeer);
     row[h.socketIndex] = std::move(p.sock);
     p.peer = -2;
   }
 
   rendezvous::Store& store_;
   MeshOptions o_;
+  bool unix_;    // Family::kUnix
+  int perPeer_;  // sockets per peer: 1 over Unix
+  Clock::time_point nextUnreachableCheck_{};
   Clock::time_point deadline_;
   Socket listener_;
   Socket unixListener_;
   std::string unixName_;
   std::string token_;
   std::vector<std::pair<int, PeerAddress>> addresses_;
-  std::vector<bool> unixFailed_;           // by rank: its Unix socket refused us; TCP instead
+  std::vector<std::string> unreachable_;   // by rank: why its Unix socket cannot be reached
   std::vector<std::vector<int>> attempts_;  // [peer][socket]: connections closed before the answer
   std::vector<Pending> pending_;
   std::vector<std::vector<Socket>> result_;
@@ -548,11 +596,11 @@ class Mesh {
 }  // namespace
 
 std::vector<std::vector<Socket>> connectMesh(rendezvous::Store& store, const MeshOptions& options,
-                                             std::vector<int>* peerPids) {
+                                             std::vector<int>* peerPids, std::vector<std::string>* unreachable) {
   RF_ENFORCE(options.rank >= 0 && options.rank < options.size, "rank ", options.rank, " of ", options.size);
   RF_ENFORCE(options.socketsPerPeer >= 1 && options.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=",
              options.socketsPerPeer, " must be in [1, 64]");
-  return Mesh(store, options).run(peerPids);
+  return Mesh(store, options).run(peerPids, unreachable);
 }
 
 }  // namespace ringfold::transport::tcp_uring
