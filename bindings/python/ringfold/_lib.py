@@ -19,6 +19,9 @@ import os
 
 from ringfold.exceptions import HorovodInternalError, InvalidArgumentError
 
+# The codes below are ringfold.h's, copied by hand (ctypes cannot read a header);
+# tests/bindings/python_codes_test.py (ctest BindingsPython.CodesMatchRingfoldH) holds them to it.
+
 # Status codes (ringfold.h).
 OK = 0
 UNKNOWN_ERROR = 1
