@@ -1,51 +1,24 @@
-// tcp_uring Connection: the protocol between this rank and one peer, over that peer's sockets.
+// TcpConnection and TcpRequest: the tcp_uring Connection and Request (transport/connection.h).
 //
-// Vocabulary (wire format: frame.h)
-//   send queue : frames of posted isends, in message-id order. A socket whose send side is idle
-//                takes the next frames: one large frame alone (zero-copy when enabled), or a
-//                batch of small frames in one sendmsg (header and payload of each as iovecs).
-//                One send op in flight per socket keeps each stream in order; short sends resume.
-//   zero-copy  : a frame of at least RINGFOLD_ZEROCOPY_MIN_BYTES goes out with SENDMSG_ZC (header
-//                and payload as iovecs); its request completes on the notification CQE, not the
-//                send CQE. Under RINGFOLD_ZEROCOPY=auto the sends ask the kernel to report copies,
-//                and the first notification saying the data was copied anyway (loopback, NICs
-//                without scatter-gather) turns zero-copy off for that peer; EINVAL/EOPNOTSUPP
-//                resends the frame with a plain sendmsg and turns it off too. A peer joined by
-//                Unix sockets (same host) never uses it: those have no zero-copy path.
-//   staging    : each socket always has one recv posted into its staging buffer, so a small
-//                message (header + payload) lands with one completion; the payload part of a
-//                large frame that did not fit is received straight into its destination.
-//   resolving  : messages are matched to receives in message-id order (FIFO per tag follows).
-//                A header whose id is ahead of the next unresolved one parks its socket until
-//                the missing header arrives on another socket (no copy, no per-tag state). A
-//                resolved message goes to the first posted receive with its tag, or into a
-//                pooled unexpected buffer that a later receive copies out.
-//   poisoned   : after any failure nothing new is sent or parsed; in-flight ops are cancelled
-//                and drained before an error reaches the caller, so no kernel op still touches a
-//                region the caller then frees.
+// Contract: isend/irecv check the range, fail at once on a poisoned device, and hand the request
+// to the peer's PeerLink (peer_link.h), which owns the protocol; TcpRequest::test drives a few
+// rounds of progress without blocking, wait() blocks in DeviceState::wait. A request destroyed
+// while pending poisons the device (its memory may still be in use by the kernel) and settles.
 #pragma once
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
 #include <chrono>
-#include <deque>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "transport/connection.h"
-#include "transport/device.h"
-#include "transport/tcp_uring/frame.h"
-#include "transport/tcp_uring/ring_loop.h"
-#include "transport/tcp_uring/socket.h"
 
 namespace ringfold::transport::tcp_uring {
 
-class Engine;
+class DeviceState;
 class PeerLink;
 
-// The state of one isend/irecv, owned by its TcpRequest; the engine keeps raw pointers to it
+// The state of one isend/irecv, owned by its TcpRequest; the device state keeps raw pointers to it
 // only while it is pending (poisoning drops them all).
 struct RequestState {
   bool isSend = false;
@@ -57,127 +30,23 @@ struct RequestState {
   bool done = false;
 };
 
-class PeerLink {
- public:
-  PeerLink(Engine& engine, int peerRank, std::vector<Socket> sockets, uint32_t firstSocketId);
-  ~PeerLink();
-  int rank() const { return rank_; }
-  size_t socketCount() const { return sockets_.size(); }
-  bool overUnix() const { return overUnix_; }  // a same-host peer joined by Unix sockets
-  std::chrono::steady_clock::time_point lastHeard() const { return lastHeard_; }
-  bool heardAny() const { return heardAny_; }  // anything received since the connection was set up
-  // The peer's pid when this process can look it up (same kernel and pid namespace), else 0.
-  void setPid(int pid) { pid_ = pid; }
-  int pid() const { return pid_; }
-  // What the kernel says about data sent to this peer: over TCP, bytes its host has not
-  // acknowledged while being retransmitted (a stopped or busy process's kernel still
-  // acknowledges, so this means the network or the host is down). Unix sockets: never.
-  struct Unacknowledged {
-    bool any = false;
-    unsigned retransmits = 0;
-    std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
-  };
-  Unacknowledged unacknowledged() const;
-
-  void start();                        // posts the first staging recvs
-  void postSend(RequestState& request);
-  void postRecv(RequestState& request);
-  // A completion for socket `index` of this peer.
-  void onCompletion(uint32_t index, const OpId& op, int res, uint32_t flags);
-
-  // ABORT frames: one per socket whose stream is at a frame boundary, after its current op.
-  void queueAbort(ErrorKind kind, const std::string& text);
-  bool abortsPending() const;
-  // Tells this peer that the local rank has waited `waited` for rank `waitedOn` (a WAITING
-  // frame on one socket; see frame.h). Best effort: skipped if no socket can take it.
-  // `silent`: how long this rank had then received nothing from `waitedOn`.
-  void queueWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
-  // What this peer last said it waits for, as long as no message it sent later has arrived.
-  struct WaitingNotice {
-    int waitedOn = -1;  // -1: no notice
-    std::chrono::milliseconds waited{0};
-    std::chrono::milliseconds silent{0};  // the peer had received nothing from waitedOn for this long
-    std::chrono::steady_clock::time_point receivedAt{};
-    uint64_t firstLaterMessage = 0;  // a frame of this message id or later withdraws the notice
-  };
-  const WaitingNotice& waitingNotice() const { return waiting_; }
-  void cancelAll();                    // queues an async cancel for every socket with ops in flight
-  // Any op still in flight; with countNotifications, also zero-copy notifications still due.
-  bool busy(bool countNotifications) const;
-  void shutdownSockets();              // last resort when cancelled ops do not complete
-  void closeSockets();
-  void forgetRequests();               // after poisoning: drop every pointer to a RequestState
-
- private:
-  struct SocketState;
-  void pump(SocketState& s);
-  // Puts an ABORT or WAITING frame in the socket's control slot; false if it cannot go there.
-  bool queueControl(SocketState& s, const FrameHeader& header, std::string text);
-  void dropControl(SocketState& s);
-  void submitBatch(SocketState& s);
-  void onSend(SocketState& s, const OpId& op, int res, uint32_t flags);
-  void releaseFrame(OutFrame* f);
-  void finishBatch(SocketState& s, bool forget);
-  void postStaging(SocketState& s);
-  void postDirect(SocketState& s);
-  void onRecv(SocketState& s, bool direct, int res);
-  void parse(SocketState& s);
-  Inbound* resolve(const FrameHeader& h);
-  Inbound* findActive(uint64_t msgId);
-  void finishIfComplete(Inbound* m);
-  void landed(Inbound* m, std::byte* base, size_t offset, size_t len);
-  void resumeStalled();
-  void protocolError(const SocketState& s, const std::string& what);
-  void onSocketDown(SocketState& s, int res);
-  // Fails the engine with why the link went down (built only then: it may look the peer's
-  // process up).
-  void poisonGone();
-  bool hasPendingWork() const;
-
-  Engine& engine_;
-  int rank_;
-  std::vector<std::unique_ptr<SocketState>> sockets_;
-  std::deque<OutFrame*> sendQueue_;
-  uint64_t nextSendId_ = 0;
-  uint64_t nextResolve_ = 0;
-  std::deque<RequestState*> posted_;   // receives not yet matched, in posting order
-  std::deque<Inbound*> unexpected_;    // messages not yet matched, in message-id order
-  std::vector<Inbound*> active_;       // resolved messages still arriving
-  std::vector<OutFrame*> awaitingNotif_;  // sent zero-copy frames whose notification is due
-  size_t notifs_ = 0;
-  bool zeroCopy_ = false;
-  bool overUnix_ = false;
-  bool reportCopies_ = false;
-  bool stalledAny_ = false;
-  bool gone_ = false;          // the peer closed every socket, or reset one
-  int downRes_ = 1;            // the first socket down: its recv result (0 closed, -errno), 1: none
-  uint32_t downSocket_ = 0;
-  bool downMidFrame_ = false;
-  int pid_ = 0;
-  bool heardAny_ = false;
-  std::chrono::steady_clock::time_point lastHeard_;
-  WaitingNotice waiting_;
-  uint32_t waitingSent_ = 0;  // WAITING frames sent to this peer (their number)
-  uint32_t waitingSeen_ = 0;  // the highest number of a WAITING frame from this peer
-};
-
 class TcpRequest final : public Request {
  public:
-  TcpRequest(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  TcpRequest(std::shared_ptr<DeviceState> device) : device_(std::move(device)) {}
   ~TcpRequest() override;
   bool test() override;
   void wait(std::chrono::milliseconds timeout) override;
   RequestState& state() { return state_; }
 
  private:
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<DeviceState> device_;
   RequestState state_;
 };
 
 class TcpConnection final : public Connection {
  public:
-  TcpConnection(std::shared_ptr<Engine> engine, PeerLink* link)
-      : engine_(std::move(engine)), link_(link), peerRank_(link->rank()) {}
+  TcpConnection(std::shared_ptr<DeviceState> device, PeerLink* link, int peerRank)
+      : device_(std::move(device)), link_(link), peerRank_(peerRank) {}
   int peerRank() const override { return peerRank_; }
   std::unique_ptr<Request> isend(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
                                  uint64_t check) override;
@@ -185,7 +54,7 @@ class TcpConnection final : public Connection {
                                  uint64_t check) override;
 
  private:
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<DeviceState> device_;
   PeerLink* link_;
   int peerRank_;
 };

@@ -1,37 +1,29 @@
 // tcp_uring backend: ranks are processes; each pair is joined by RINGFOLD_SOCKETS_PER_PEER stream
 // sockets driven by one io_uring per device: TCP ("tcp_uring"), or one Unix-domain socket per
-// peer between ranks on one host ("unix_uring"); the creator chooses (Options::family; see
-// mesh.h). See connection.h in this folder for the protocol,
-// frame.h for the wire format and ring_loop.h for the completion loop.
+// peer between ranks on one host ("unix_uring"); the creator chooses (Options::family).
 //
-// Engine: the state behind a Device, shared (shared_ptr) by the Device, its Connections and
-// their Requests, so any of them may outlive the others safely. Progress happens only in the
-// thread calling test()/wait(): wait() spins on the completion queue for RINGFOLD_SPIN_US, then
-// blocks in io_uring_submit_and_wait_timeout, so an idle rank uses no CPU.
+// Files of this backend
+//   device.{h,cc}      the Device: Options, createDevice, connectAll/registerMemory/abort
+//   connection.{h,cc}  TcpConnection (isend/irecv) and TcpRequest (test/wait)
+//   memory_region.h    plain memory: TCP needs no registration
+//   device_state.{h,cc} DeviceState, the state the three share: progress, wait, poison, abort
+//   peer_link.{h,cc}, peer_link_receive.cc  the protocol with one peer over its sockets
+//   frame.{h,cc}       the wire format, pooled frames and buffers
+//   uring_loop.{h,cc}  the io_uring (setup, submit, drain, wait)
+//   mesh.{h,cc}        the start-up mesh (listen, publish, hello/ack with tokens)
+//   interfaces.{h,cc}  which IPv4 address a TCP device listens on
+//   socket.{h,cc}      an owned descriptor and the data sockets' options
+//   kernel_view.{h,cc} what the kernel says about a peer (process state, TCP_INFO)
 //
-// Failure: the first error poisons the engine (poison()); every pending and later request
-// throws that same error, after settle() has cancelled and drained the in-flight ops. abort()
-// first sends an ABORT frame (kind + text) to every peer, waiting at most 2 s for them to leave,
-// then poisons; an ABORT received from rank P poisons with throwError(kind, P, text). The
-// destructor cancels everything and closes the sockets without waiting on dead peers.
-//
-// Blame: a wait that has lasted half its timeout sends every peer a WAITING notice naming the
-// rank it waits for (and how long it has heard nothing from it), and withdraws it when the wait
-// ends. A wait that times out on rank P follows P's notice (and the next one's) to the rank that
-// really went silent, so a rank stuck behind a stopped one is not blamed for it; the silence
-// reported is measured from the last bytes received from that rank, by whichever rank waited on
-// it. A closed or reset connection is called a process exit only when the process is seen gone.
+// Contract (TcpDevice, device.cc): connectAll connects once, the peers ConnectSpec selects;
+// name() is "tcp_uring" or "unix_uring" by family; abortReason() is the error the device was
+// poisoned with; progress() and the wait hook drive DeviceState (device_state.h).
 #pragma once
 
-#include <chrono>
-#include <exception>
-#include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "transport/device.h"
-#include "transport/tcp_uring/frame.h"
 #include "transport/tcp_uring/socket.h"
 
 namespace ringfold::transport::tcp_uring {
@@ -48,117 +40,5 @@ struct Options {
 // Throws Error explaining why if io_uring cannot be used here (kernel too old, disabled by
 // sysctl kernel.io_uring_disabled, or blocked by seccomp).
 std::unique_ptr<Device> createDevice(const Options& options = {});
-
-class RingLoop;
-class PeerLink;
-struct RequestState;
-
-enum class ZeroCopyMode { kOff, kOn, kAuto };
-
-// Settings read once from the environment when the device is created.
-struct Tuning {
-  ZeroCopyMode zeroCopy = ZeroCopyMode::kAuto;
-  size_t zeroCopyMinBytes = 64 << 10;
-  size_t stripeMinBytes = 256 << 10;
-  size_t stripeChunkBytes = 1 << 20;
-  std::chrono::microseconds spin{50};
-  std::chrono::milliseconds timeout{300000};
-  uint64_t socketBufferBytes = 0;
-  int socketsPerPeer = 0;  // 0: auto (autoSocketsPerPeer)
-  static Tuning fromEnvironment();
-};
-
-class Engine {
- public:
-  explicit Engine(const Options& options);  // creates the ring; throws Error if io_uring is unavailable
-  ~Engine();
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
-
-  // Connects to the peers spec.peers selects (all when empty; see mesh.h); returns links
-  // indexed by rank (null at `rank`, at peers not selected, and at Unix peers unreachable).
-  std::vector<PeerLink*> connect(const ConnectSpec& spec);
-
-  int rank() const { return rank_; }
-  const Options& options() const { return options_; }
-  const Tuning& tuning() const { return tuning_; }
-  RingLoop& ring() { return *ring_; }
-  BufferPool& buffers() { return buffers_; }
-  ObjectPool<OutFrame>& frames() { return frames_; }
-  ObjectPool<Inbound>& inbounds() { return inbounds_; }
-
-  // Submits queued ops, handles every ready completion, and submits again what the handlers
-  // queued if any of it is urgent (see markUrgent); never blocks. Returns how many completions.
-  unsigned progress();
-  // The ops queued now must reach the kernel before progress() returns (sends, receives of a
-  // stream in the middle of a message). Others wait for the next submit.
-  void markUrgent() { urgent_ = true; }
-  // Drives progress until `request` completes; throws IoError naming its peer after `timeout`.
-  void wait(RequestState& request, std::chrono::milliseconds timeout);
-
-  bool poisoned() const { return poison_ != nullptr; }
-  const std::exception_ptr& poisonError() const { return poison_; }
-  // Called from wait() between blocking slices of at most 200 us while set.
-  void setWaitHook(std::function<void()> hook) { hook_ = std::move(hook); }
-  bool aborted() const { return aborted_; }
-  // Records the first failure; callable from inside completion handlers (it only queues
-  // cancellations). Later calls are ignored.
-  void poison(std::exception_ptr error) noexcept;
-  void poisonIo(int peer, const std::string& what) noexcept;
-  // Cancels and drains in-flight ops (bounded), then drops every pointer to a request.
-  void settle() noexcept;
-  // settle() and rethrow the poison error.
-  [[noreturn]] void throwPoison();
-  // A pending request is being destroyed: poison (unless already) and settle.
-  void abandon(RequestState& request) noexcept;
-
-  void abort(ErrorKind kind, const std::string& message);
-  void onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept;
-  // Whether there is another peer than `except` and none of them acknowledges what this rank
-  // sent (PeerLink::unacknowledged): then this rank's own link is the likely failure.
-  bool othersUnacknowledged(const PeerLink& except) const;
-  // Closes everything; later calls throw "device was destroyed".
-  void shutdown() noexcept;
-
- private:
-  void dispatch(uint64_t userData, int res, uint32_t flags);
-  bool anyBusy() const;
-  bool drainUntilIdle(std::chrono::milliseconds budget, bool (Engine::*idle)() const);
-  bool abortsSent() const;
-  bool idle() const { return !anyBusy(); }
-  bool idleWithNotifications() const;
-  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`, from
-  // which it has received nothing for `silent` (-1: the wait is over, forget the last notice).
-  void announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
-  // A wait on `peer` timed out: appends to `what` who went silent, following the peers' WAITING
-  // notices past ranks that are alive but stuck, and returns the rank to blame.
-  int blame(int peer, std::string& what) const;
-  // How long rank `at` has been silent, measured from the last bytes received from it: by this
-  // rank (`via` -1), or by rank `via`, whose notice named it. Adds what the kernel knows: data
-  // its host never acknowledged (a network failure, perhaps this rank's own link), and whether
-  // its process is stopped or gone where this rank can look (liveness.h).
-  std::string silence(int at, int via) const;
-
-  Options options_;
-  Tuning tuning_;
-  std::unique_ptr<RingLoop> ring_;
-  BufferPool buffers_;
-  ObjectPool<OutFrame> frames_;
-  ObjectPool<Inbound> inbounds_;
-  std::vector<std::unique_ptr<PeerLink>> peers_;
-  struct SocketRef {
-    PeerLink* peer;
-    uint32_t index;
-  };
-  std::vector<SocketRef> sockets_;  // by device-wide socket id
-  int rank_ = -1;
-  bool connected_ = false;
-  std::exception_ptr poison_;
-  bool settled_ = false;
-  bool aborted_ = false;
-  bool closed_ = false;
-  bool urgent_ = false;
-  std::function<void()> hook_;
-};
 
 }  // namespace ringfold::transport::tcp_uring

@@ -1,4 +1,4 @@
-#include "transport/tcp_uring/ring_loop.h"
+#include "transport/tcp_uring/uring_loop.h"
 
 #include <cerrno>
 #include <cstring>
@@ -10,12 +10,12 @@
 namespace ringfold::transport::tcp_uring {
 namespace {
 
-unsigned flagsOf(RingLoop::Setup setup) {
+unsigned flagsOf(UringLoop::Setup setup) {
   switch (setup) {
-    case RingLoop::Setup::kDefer:
+    case UringLoop::Setup::kDefer:
       return IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-    case RingLoop::Setup::kCoop: return IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
-    case RingLoop::Setup::kPlain: return 0;
+    case UringLoop::Setup::kCoop: return IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    case UringLoop::Setup::kPlain: return 0;
   }
   return 0;
 }
@@ -47,7 +47,7 @@ std::string sysctlValue(const char* path) {
 
 }  // namespace
 
-RingLoop::RingLoop(unsigned entries, const std::string& setup) {
+UringLoop::UringLoop(unsigned entries, const std::string& setup) {
   Setup first;
   if (setup == "auto" || setup == "coop") {
     first = Setup::kCoop;
@@ -63,7 +63,7 @@ RingLoop::RingLoop(unsigned entries, const std::string& setup) {
     io_uring_params p{};
     p.flags = flagsOf(static_cast<Setup>(s)) | IORING_SETUP_CQSIZE;
     p.cq_entries = entries * 4;
-    ret = io_uring_queue_init_params(entries, &ring_, &p);
+    ret = io_uring_queue_init_params(entries, &uring_, &p);
     if (ret == 0) {
       setup_ = static_cast<Setup>(s);
       break;
@@ -72,7 +72,7 @@ RingLoop::RingLoop(unsigned entries, const std::string& setup) {
   }
   if (ret != 0) throwUnavailable(ret);
 
-  if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+  if (io_uring_probe* probe = io_uring_get_probe_ring(&uring_)) {
     sendZc_ = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC);
     sendmsgZc_ = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
     io_uring_free_probe(probe);
@@ -81,9 +81,9 @@ RingLoop::RingLoop(unsigned entries, const std::string& setup) {
                  << " sendmsg_zc=" << sendmsgZc_;
 }
 
-RingLoop::~RingLoop() { io_uring_queue_exit(&ring_); }
+UringLoop::~UringLoop() { io_uring_queue_exit(&uring_); }
 
-const char* RingLoop::setupName() const {
+const char* UringLoop::setupName() const {
   switch (setup_) {
     case Setup::kDefer: return "defer (SINGLE_ISSUER|DEFER_TASKRUN)";
     case Setup::kCoop: return "coop (COOP_TASKRUN|TASKRUN_FLAG)";
@@ -92,37 +92,37 @@ const char* RingLoop::setupName() const {
   return "?";
 }
 
-bool RingLoop::supportsOp(int opcode) const {
+bool UringLoop::supportsOp(int opcode) const {
   if (opcode == IORING_OP_SEND_ZC) return sendZc_;
   if (opcode == IORING_OP_SENDMSG_ZC) return sendmsgZc_;
   return true;
 }
 
-io_uring_sqe* RingLoop::sqe() {
-  io_uring_sqe* s = io_uring_get_sqe(&ring_);
+io_uring_sqe* UringLoop::sqe() {
+  io_uring_sqe* s = io_uring_get_sqe(&uring_);
   if (s == nullptr) {
-    if (io_uring_submit(&ring_) < 0) return nullptr;
-    s = io_uring_get_sqe(&ring_);
+    if (io_uring_submit(&uring_) < 0) return nullptr;
+    s = io_uring_get_sqe(&uring_);
   }
   return s;
 }
 
-int RingLoop::submit() {
+int UringLoop::submit() {
   if (queued() == 0) return 0;
   int ret;
   do {
-    ret = io_uring_submit(&ring_);
+    ret = io_uring_submit(&uring_);
   } while (ret == -EINTR);
   return ret;
 }
 
-int RingLoop::wait(std::chrono::nanoseconds timeout) {
+int UringLoop::wait(std::chrono::nanoseconds timeout) {
   if (timeout.count() < 0) timeout = std::chrono::nanoseconds(0);
   __kernel_timespec ts{};
   ts.tv_sec = timeout.count() / 1000000000;
   ts.tv_nsec = timeout.count() % 1000000000;
   io_uring_cqe* cqe = nullptr;
-  int ret = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  int ret = io_uring_submit_and_wait_timeout(&uring_, &cqe, 1, &ts, nullptr);
   if (ret >= 0) return 0;
   return ret;
 }

@@ -1,4 +1,4 @@
-// RingLoop: the one io_uring of a tcp_uring Device, driven only by the thread that calls
+// UringLoop: the one io_uring of a tcp_uring Device, driven only by the thread that calls
 // Request::test/wait (there is no progress thread).
 //
 // Vocabulary
@@ -54,15 +54,15 @@ inline OpId unpackOp(uint64_t userData) {
               static_cast<uint32_t>(userData)};
 }
 
-class RingLoop {
+class UringLoop {
  public:
   enum class Setup { kDefer, kCoop, kPlain };
 
   // `setup` is "auto", "defer", "coop" or "plain" (RINGFOLD_URING_SETUP).
-  RingLoop(unsigned entries, const std::string& setup);
-  ~RingLoop();
-  RingLoop(const RingLoop&) = delete;
-  RingLoop& operator=(const RingLoop&) = delete;
+  UringLoop(unsigned entries, const std::string& setup);
+  ~UringLoop();
+  UringLoop(const UringLoop&) = delete;
+  UringLoop& operator=(const UringLoop&) = delete;
 
   Setup setup() const { return setup_; }
   const char* setupName() const;
@@ -74,7 +74,7 @@ class RingLoop {
   // Submits queued SQEs, if any. Returns the count or -errno.
   int submit();
   // SQEs prepared but not yet handed to the kernel (io_uring_sq_ready counts only flushed ones).
-  unsigned queued() const { return ring_.sq.sqe_tail - ring_.sq.sqe_head; }
+  unsigned queued() const { return uring_.sq.sqe_tail - uring_.sq.sqe_head; }
 
   // Hands every completion that is ready to onCqe(const io_uring_cqe&) without blocking;
   // returns how many. onCqe may queue SQEs.
@@ -83,14 +83,14 @@ class RingLoop {
     unsigned total = 0;
     for (;;) {
       io_uring_cqe* cqe = nullptr;
-      if (io_uring_peek_cqe(&ring_, &cqe) != 0 || cqe == nullptr) break;
+      if (io_uring_peek_cqe(&uring_, &cqe) != 0 || cqe == nullptr) break;
       unsigned head, n = 0;
-      io_uring_for_each_cqe(&ring_, head, cqe) {
+      io_uring_for_each_cqe(&uring_, head, cqe) {
         io_uring_cqe copy = *cqe;
         ++n;
         onCqe(copy);
       }
-      io_uring_cq_advance(&ring_, n);
+      io_uring_cq_advance(&uring_, n);
       total += n;
     }
     return total;
@@ -101,7 +101,7 @@ class RingLoop {
   int wait(std::chrono::nanoseconds timeout);
 
  private:
-  io_uring ring_{};
+  io_uring uring_{};
   Setup setup_ = Setup::kPlain;
   bool sendZc_ = false;
   bool sendmsgZc_ = false;

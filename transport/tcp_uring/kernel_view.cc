@@ -1,4 +1,4 @@
-#include "transport/tcp_uring/liveness.h"
+#include "transport/tcp_uring/kernel_view.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

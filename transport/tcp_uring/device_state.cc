@@ -1,0 +1,432 @@
+// DeviceState of the tcp_uring backend (device_state.h).
+#include "transport/tcp_uring/device_state.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "transport/tcp_uring/connection.h"
+#include "transport/tcp_uring/peer_link.h"
+#include "transport/tcp_uring/kernel_view.h"
+#include "transport/tcp_uring/uring_loop.h"
+#include "transport/tcp_uring/interfaces.h"
+#include "transport/tcp_uring/mesh.h"
+
+namespace ringfold::transport::tcp_uring {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The longest a wait blocks in the kernel between two calls of the wait hook.
+constexpr auto kHookSlice = std::chrono::microseconds(200);
+
+// "2.5" for 2.5 s: durations in error messages.
+std::string seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+}  // namespace
+
+Tuning Tuning::fromEnvironment() {
+  Tuning t;
+  std::string zc = params::kZeroCopy.str();
+  if (zc == "auto") {
+    t.zeroCopy = ZeroCopyMode::kAuto;
+  } else if (zc == "off" || zc == "0" || zc == "false" || zc == "no") {
+    t.zeroCopy = ZeroCopyMode::kOff;
+  } else if (zc == "on" || zc == "1" || zc == "true" || zc == "yes") {
+    t.zeroCopy = ZeroCopyMode::kOn;
+  } else {
+    RF_THROW(InvalidArgument, params::kZeroCopy.name, "='", zc, "' is not auto, on or off");
+  }
+  t.zeroCopyMinBytes = params::kZeroCopyMinBytes.asBytes();
+  t.stripeMinBytes = std::max<uint64_t>(params::kStripeMinBytes.asBytes(), 1);
+  t.stripeChunkBytes = std::max<uint64_t>(params::kStripeChunkBytes.asBytes(), 4096);
+  t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
+  t.timeout = params::kTimeout.asSeconds();
+  t.socketBufferBytes = params::kSocketBufferBytes.asBytes();
+  if (params::kSocketsPerPeer.str() == "auto") {
+    t.socketsPerPeer = 0;  // resolved in connect(), once the listen address is known
+  } else {
+    t.socketsPerPeer = static_cast<int>(params::kSocketsPerPeer.asInt());
+    RF_ENFORCE(t.socketsPerPeer >= 1 && t.socketsPerPeer <= 64, params::kSocketsPerPeer.name, "=",
+               t.socketsPerPeer, " must be auto or between 1 and 64");
+  }
+  return t;
+}
+
+DeviceState::DeviceState(const Options& options)
+    : options_(options),
+      tuning_(Tuning::fromEnvironment()),
+      uring_(std::make_unique<UringLoop>(static_cast<unsigned>(std::clamp<int64_t>(params::kUringEntries.asInt(), 8, 32768)),
+                                       params::kUringSetup.str())),
+      buffers_(128u << 20) {}
+
+DeviceState::~DeviceState() { shutdown(); }
+
+std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
+  RF_ENFORCE(spec.store != nullptr, "connectAll: no store");
+  RF_ENFORCE(spec.peers.empty() || spec.peers.size() == static_cast<size_t>(spec.size), "connectAll: ",
+             spec.peers.size(), " peer flags for ", spec.size, " ranks");
+  const int rank = spec.rank, size = spec.size;
+  RF_ENFORCE(!connected_, "connectAll() may be called once per device");
+  RF_ENFORCE(!closed_, "the device was destroyed");
+  connected_ = true;
+  rank_ = rank;
+  MeshOptions o;
+  o.prefix = spec.prefix;
+  o.rank = rank;
+  o.size = size;
+  o.peers = spec.peers;
+  o.family = options_.family;
+  if (o.family == Family::kTcp) {
+    o.listenAddress =
+        options_.listenAddress.empty() ? listenAddressFor(options_.storeAddress) : options_.listenAddress;
+    if (tuning_.socketsPerPeer == 0) tuning_.socketsPerPeer = autoSocketsPerPeer(o.listenAddress);
+  } else if (tuning_.socketsPerPeer == 0) {
+    tuning_.socketsPerPeer = 1;  // one Unix socket per peer whatever the setting
+  }
+  o.socketsPerPeer = tuning_.socketsPerPeer;
+  o.timeout = spec.timeout;
+  std::vector<int> pids;
+  std::vector<std::string> unreachable;
+  std::vector<std::vector<Socket>> mesh = connectMesh(*spec.store, o, &pids, &unreachable);
+  std::vector<PeerLink*> links(size, nullptr);
+  peers_.resize(size);
+  int connected = 0;
+  for (int p = 0; p < size; ++p) {
+    if (!unreachable[p].empty()) RF_LOG(kDebug) << "rank " << p << " left to another backend: " << unreachable[p];
+    if (p == rank || mesh[p].empty()) continue;
+    ++connected;
+    for (Socket& s : mesh[p]) setDataSocketOptions(s.fd(), tuning_.timeout, tuning_.socketBufferBytes);
+    uint32_t first = static_cast<uint32_t>(sockets_.size());
+    for (size_t i = 0; i < mesh[p].size(); ++i) sockets_.push_back({nullptr, static_cast<uint32_t>(i)});
+    peers_[p] = std::make_unique<PeerLink>(*this, p, std::move(mesh[p]), first);
+    peers_[p]->setPid(pids[p]);
+    for (size_t i = 0; i < peers_[p]->socketCount(); ++i) sockets_[first + i].peer = peers_[p].get();
+    links[p] = peers_[p].get();
+  }
+  for (auto& p : peers_) {
+    if (p) p->start();
+  }
+  uring_->submit();
+  RF_LOG(kDebug) << "connected to " << connected << " peers, "
+                 << (o.family == Family::kUnix ? std::string("one Unix socket")
+                                               : detail::concat(tuning_.socketsPerPeer, " TCP sockets"))
+                 << " to each, io_uring " << uring_->setupName();
+  return links;
+}
+
+void DeviceState::dispatch(uint64_t userData, int res, uint32_t flags) {
+  OpId op = unpackOp(userData);
+  if (op.kind == OpKind::kCancel || op.socket >= sockets_.size()) return;
+  SocketRef ref = sockets_[op.socket];
+  ref.peer->onCompletion(ref.index, op, res, flags);
+}
+
+unsigned DeviceState::progress() {
+  if (uring_->queued() > 0) uring_->submit();
+  urgent_ = false;
+  unsigned n = uring_->drain([this](const io_uring_cqe& c) { dispatch(c.user_data, c.res, c.flags); });
+  if (urgent_ && uring_->queued() > 0) uring_->submit();
+  return n;
+}
+
+void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + timeout;
+  // Half way to the deadline, every peer hears which rank this one waits for (see frame.h).
+  Clock::time_point noticeAt = start + timeout / 2;
+  bool announced = false;
+  for (;;) {
+    if (hook_) hook_();
+    if (r.done) {
+      if (announced) announceWaiting(-1, {}, {});  // withdrawn: a stale notice would misdirect blame
+      return;
+    }
+    if (poisoned()) throwPoison();
+    if (progress() > 0) continue;
+    Clock::time_point now = Clock::now();
+    const Clock::time_point spinEnd = std::min(now + tuning_.spin, deadline);
+    bool got = false;
+    while (now < spinEnd) {
+      if (hook_) hook_();
+      if (progress() > 0) {
+        got = true;
+        break;
+      }
+      // On a machine with more runnable threads than cores (the peer may be the one waiting
+      // for this core) spinning without yielding only delays the message being waited for.
+      sched_yield();
+      now = Clock::now();
+    }
+    if (got) continue;
+    if (now >= deadline) break;
+    if (now >= noticeAt) {
+      announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start),
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - r.peer->lastHeard()));
+      announced = true;
+      noticeAt = Clock::time_point::max();
+      continue;
+    }
+    Clock::duration slice = std::min(deadline, noticeAt) - now;
+    // With a hook (a composite device driving its other backends), block in slices.
+    if (hook_) slice = std::min<Clock::duration>(slice, kHookSlice);
+    int ret = uring_->wait(slice);
+    if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+      poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
+    }
+  }
+  progress();
+  if (r.done) {
+    if (announced) announceWaiting(-1, {}, {});
+    return;
+  }
+  if (poisoned()) throwPoison();
+  const int peer = r.peer->rank();
+  std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
+                                    r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
+                                    r.isSend ? "to" : "from", " rank ", peer, ": ");
+  const int culprit = blame(peer, what);
+  // Name the setting only when it is the limit that ran out: a caller may pass its own (the
+  // benches' -T, a test's communicator timeout).
+  what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
+                                     : detail::concat(" (the caller's limit is ", seconds(timeout), " s)");
+  poisonIo(culprit, what);
+  throwPoison();
+}
+
+void DeviceState::announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
+  for (auto& p : peers_) {
+    if (p) p->queueWaiting(waitedOn, waited, silent);
+  }
+  uring_->submit();
+}
+
+int DeviceState::blame(int peer, std::string& what) const {
+  // Follow the WAITING notices from `peer`: a rank that said it waits for another is alive, and
+  // the one at the end of the chain is the one that went silent.
+  std::vector<bool> seen(peers_.size(), false);
+  int at = peer;
+  int from = -1;  // the rank whose notice named `at`
+  for (;;) {
+    seen[at] = true;
+    const auto& notice = peers_[at]->waitingNotice();
+    const int next = notice.waitedOn;
+    if (next < 0 || next >= static_cast<int>(peers_.size())) break;
+    what += detail::concat("rank ", at, " is alive but said it had waited ", seconds(notice.waited), " s for ");
+    if (next == rank_) {
+      what += detail::concat("this rank (", rank_,
+                             "), which waits for it: the ranks are running different collectives, or the same "
+                             "ones in a different order");
+      return peer;
+    }
+    what += detail::concat("rank ", next, "; ");
+    if (seen[next]) {
+      what += "the ranks wait for each other in a cycle: they are running different collectives";
+      return peer;
+    }
+    from = at;
+    at = next;
+  }
+  what += silence(at, from);
+  return at;
+}
+
+bool DeviceState::othersUnacknowledged(const PeerLink& except) const {
+  int others = 0;
+  for (const auto& p : peers_) {
+    if (!p || p.get() == &except) continue;
+    ++others;
+    if (!p->unacknowledged().any) return false;
+  }
+  return others > 0;
+}
+
+std::string DeviceState::silence(int at, int via) const {
+  const Clock::time_point now = Clock::now();
+  const PeerLink& link = *peers_[at];
+  std::string out;
+  if (via < 0) {
+    // This rank waited on `at` itself: the last bytes it received from it.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(now - link.lastHeard()), " s",
+                         link.heardAny() ? "" : " (nothing at all since the connection was set up)");
+  } else {
+    // Reached through `via`'s notice: what `via` said, aged by the time since it arrived. This
+    // rank may never hear from `at` directly (a ring receives from one neighbour only).
+    const auto& notice = peers_[via]->waitingNotice();
+    const Clock::duration theirs = notice.silent + (now - notice.receivedAt);
+    // The silent rank is named last: ringfoldrun's summary blames the last rank an error names.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
+                         " last received anything from rank ", at, ")");
+  }
+  // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
+  // means the network, or the host, is down (and then perhaps this rank's own link).
+  const PeerLink::Unacknowledged gone = link.unacknowledged();
+  if (gone.any) {
+    if (othersUnacknowledged(link)) {
+      out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
+                            seconds(gone.sinceAck), " s (", gone.retransmits,
+                            " retransmissions): this rank's own network link is likely down");
+    } else {
+      out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
+                            gone.retransmits, " retransmissions): the network between this rank and rank ", at,
+                            " is down, or its host is");
+    }
+  }
+  const int pid = link.pid();
+  switch (processState(pid)) {
+    case ProcessState::kStopped:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
+      break;
+    case ProcessState::kExited:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
+      break;
+    case ProcessState::kRunning:
+      if (gone.any) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
+      break;
+    case ProcessState::kUnknown:
+      break;
+  }
+  return out;
+}
+
+void DeviceState::poison(std::exception_ptr error) noexcept {
+  if (poison_ != nullptr) return;
+  poison_ = std::move(error);
+  settled_ = false;
+  for (auto& p : peers_) {
+    if (p) p->cancelAll();
+  }
+  try {
+    std::rethrow_exception(poison_);
+  } catch (const std::exception& e) {
+    RF_LOG(kDebug) << "transport poisoned: " << e.what();
+  }
+}
+
+void DeviceState::poisonIo(int peer, const std::string& what) noexcept {
+  poison(std::make_exception_ptr(IoError(peer, what)));
+}
+
+bool DeviceState::anyBusy() const {
+  for (auto& p : peers_) {
+    if (p && p->busy(false)) return true;
+  }
+  return false;
+}
+
+bool DeviceState::abortsSent() const {
+  for (auto& p : peers_) {
+    if (p && p->abortsPending()) return false;
+  }
+  return true;
+}
+
+// Drives progress until (this->*done)() or `budget` passes; true if done.
+bool DeviceState::drainUntilIdle(std::chrono::milliseconds budget, bool (DeviceState::*done)() const) {
+  const Clock::time_point deadline = Clock::now() + budget;
+  for (;;) {
+    progress();
+    if ((this->*done)()) return true;
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    uring_->wait(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(50)));
+  }
+}
+
+void DeviceState::settle() noexcept {
+  if (settled_ || poison_ == nullptr) return;
+  settled_ = true;
+  if (!drainUntilIdle(std::chrono::milliseconds(2000), &DeviceState::idle)) {
+    // Cancelled ops that did not finish: shutting the sockets down completes them.
+    for (auto& p : peers_) {
+      if (p) p->shutdownSockets();
+    }
+    if (!drainUntilIdle(std::chrono::milliseconds(1000), &DeviceState::idle)) {
+      RF_LOG(kWarning) << "io_uring ops still in flight after cancelling them";
+    }
+  }
+  for (auto& p : peers_) {
+    if (p) p->forgetRequests();
+  }
+}
+
+void DeviceState::throwPoison() {
+  settle();
+  std::rethrow_exception(poison_);
+}
+
+void DeviceState::abandon(RequestState& r) noexcept {
+  if (!poisoned()) {
+    poisonIo(r.peer->rank(), detail::concat("a request ", r.isSend ? "sending to" : "receiving from", " rank ",
+                                            r.peer->rank(), " (tag ", r.tag, ", ", r.length,
+                                            " bytes) was destroyed before it completed"));
+  }
+  settle();
+}
+
+void DeviceState::abort(ErrorKind kind, const std::string& message) {
+  if (aborted_ || closed_) return;
+  aborted_ = true;
+  RF_LOG(kDebug) << "aborting: " << message;
+  bool wasPoisoned = poisoned();
+  if (wasPoisoned) settle();  // ops drained; ABORT goes on streams still at a frame boundary
+  for (auto& p : peers_) {
+    if (p) p->queueAbort(kind, message);
+  }
+  uring_->submit();
+  auto budget = std::min<std::chrono::milliseconds>(tuning_.timeout, std::chrono::milliseconds(2000));
+  drainUntilIdle(budget, &DeviceState::abortsSent);
+  std::exception_ptr error;
+  try {
+    throwError(kind, -1, message);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  poison(error);
+  settled_ = false;
+  settle();
+}
+
+void DeviceState::onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept {
+  if (aborted_) return;  // the first abort wins
+  aborted_ = true;
+  std::exception_ptr error;
+  try {
+    throwError(kind, peer, message);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  poison(error);
+}
+
+void DeviceState::shutdown() noexcept {
+  if (closed_) return;
+  if (!poisoned()) poison(std::make_exception_ptr(Error("the tcp_uring device was destroyed")));
+  settle();
+  // Give zero-copy notifications a moment so the kernel releases pinned pages cleanly.
+  drainUntilIdle(std::chrono::milliseconds(200), &DeviceState::idleWithNotifications);
+  closed_ = true;
+  for (auto& p : peers_) {
+    if (p) p->closeSockets();  // the links stay: connections and requests may still point at them
+  }
+}
+
+bool DeviceState::idleWithNotifications() const {
+  for (auto& p : peers_) {
+    if (p && p->busy(true)) return false;
+  }
+  return true;
+}
+
+}  // namespace ringfold::transport::tcp_uring
