@@ -1,4 +1,5 @@
-// Engine: Horovod's background engine. Framework plugins enqueue tensors one at a time, by name,
+// Engine: Horovod's background engine (engine.cc: construction and the background thread;
+// engine_calls.cc: what callers call). Framework plugins enqueue tensors one at a time, by name,
 // in any order, from any thread; the engine matches them across ranks, fuses small ones, runs
 // the collectives and completes each tensor's handle.
 //
