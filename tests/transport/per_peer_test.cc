@@ -126,7 +126,7 @@ TEST(PerPeerDevice, CollectivesOverTwoBackends) {
     EXPECT_EQ(checkCollectives(comm), 0) << "rank " << comm.rank();
   });
   expectAllOk(errors);
-  for (const auto& name : names) EXPECT_EQ(name, "per_peer(far+near)");
+  for (const auto& name : names) EXPECT_EQ(name, "per_peer(near+far)");
 }
 
 TEST(PerPeerDevice, OneBackendIsNotWrapped) {

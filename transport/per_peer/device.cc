@@ -52,71 +52,87 @@ Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& 
   RF_ENFORCE(spec.store != nullptr, "per_peer::connect needs a store");
   RF_ENFORCE(spec.peers.empty(), "per_peer::connect connects every peer");
   const auto hosts = exchangeHostIds(*spec.store, spec.prefix, spec.rank, spec.size, myHost, spec.timeout);
-  return connectWith(spec, assignBackends(hosts, spec.rank, policy), factory, policy.local);
+  return connectWith(spec, assignBackends(hosts, spec.rank, policy), factory, policy);
 }
 
-Connected connectWith(const ConnectSpec& spec, const std::vector<std::string>& backendOf, const Factory& factory,
-                      const std::string& fallback) {
+Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendOf, const Factory& factory,
+                      const Policy& policy) {
   RF_ENFORCE_EQ(backendOf.size(), static_cast<size_t>(spec.size), "one backend per rank");
-  std::set<std::string> used;
+  const auto deadline = Clock::now() + spec.timeout;
+  std::set<std::string> locals;
   for (int p = 0; p < spec.size; ++p) {
-    if (p != spec.rank) used.insert(backendOf[p]);
+    if (p != spec.rank && backendOf[p] != policy.remote) locals.insert(backendOf[p]);
   }
-  if (used.size() <= 1) {
-    const std::string label = used.empty() ? fallback : *used.begin();
-    Connected out{factory(label), {}};
-    out.peers = out.device->connectAll(childSpec(spec, label, {}, Clock::now() + spec.timeout));
-    return out;
+  auto peersOf = [&](const std::string& label) {
+    std::vector<bool> mine(spec.size, false);
+    for (int p = 0; p < spec.size; ++p) mine[p] = p != spec.rank && backendOf[p] == label;
+    return mine;
+  };
+  std::vector<Child> children;
+  auto connectChild = [&](const std::string& label, const std::vector<bool>& mine) {
+    Child c{label, factory(label), {}};
+    c.peers = c.device->connectAll(childSpec(spec, label, mine, deadline));
+    RF_ENFORCE_EQ(c.peers.size(), static_cast<size_t>(spec.size), label, " returned a wrong table");
+    return c;
+  };
+  for (const auto& label : locals) {
+    const auto mine = peersOf(label);
+    Child c = connectChild(label, mine);
+    bool any = false;
+    for (int p = 0; p < spec.size; ++p) {
+      if (!mine[p]) continue;
+      if (c.peers[p]) {
+        any = true;
+        continue;
+      }
+      RF_LOG(kWarning) << label << " could not join rank " << p << " (on this host, but its local socket refused "
+                       << "the connection or does not exist); joining it through " << policy.remote;
+      backendOf[p] = policy.remote;
+    }
+    if (any) children.push_back(std::move(c));
   }
-  std::vector<std::string> labels(used.begin(), used.end());
-  std::vector<std::unique_ptr<transport::Device>> children;
-  for (const auto& label : labels) children.push_back(factory(label));
-  auto device = std::make_unique<Device>(labels, std::move(children), backendOf);
-  auto peers = device->connectAll(spec);
+  const auto remote = peersOf(policy.remote);
+  if (children.empty() || std::find(remote.begin(), remote.end(), true) != remote.end()) {
+    children.push_back(connectChild(policy.remote, remote));
+  }
+  for (int p = 0; p < spec.size; ++p) {
+    if (p != spec.rank) RF_LOG(kDebug) << "rank " << p << " through " << backendOf[p];
+  }
+  if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers)};
+  auto device = std::make_unique<Device>(std::move(children));
+  auto peers = device->takeConnections();
   return {std::move(device), std::move(peers)};
 }
 
-Device::Device(std::vector<std::string> labels, std::vector<std::unique_ptr<transport::Device>> children,
-               std::vector<std::string> backendOf)
-    : labels_(std::move(labels)), children_(std::move(children)), backendOf_(std::move(backendOf)) {
-  RF_ENFORCE(!children_.empty() && children_.size() == labels_.size(), "per_peer: ", children_.size(),
-             " children for ", labels_.size(), " backends");
+Device::Device(std::vector<Child> children) {
+  RF_ENFORCE(children.size() >= 2, "per_peer: a composite of ", children.size(), " backends");
   name_ = "per_peer(";
-  for (size_t i = 0; i < labels_.size(); ++i) name_ += (i ? "+" : "") + labels_[i];
-  name_ += ")";
-  for (size_t i = 0; i < children_.size(); ++i) {
-    RF_ENFORCE(children_[i] != nullptr, "per_peer: no device for ", labels_[i]);
-    children_[i]->setWaitHook([this, i] { pump(i); });
+  for (size_t i = 0; i < children.size(); ++i) {
+    Child& c = children[i];
+    RF_ENFORCE(c.device != nullptr, "per_peer: no device for ", c.label);
+    name_ += (i ? "+" : "") + c.label;
+    if (connections_.size() < c.peers.size()) connections_.resize(c.peers.size());
+    for (size_t p = 0; p < c.peers.size(); ++p) {
+      if (!c.peers[p]) continue;
+      RF_ENFORCE(connections_[p] == nullptr, "per_peer: rank ", p, " connected by two backends");
+      connections_[p] = std::make_unique<Connection>(std::move(c.peers[p]), i);
+    }
+    labels_.push_back(c.label);
+    children_.push_back(std::move(c.device));
+    children_.back()->setWaitHook([this, i] { pump(i); });
   }
+  name_ += ")";
 }
 
 Device::~Device() {
   for (auto& child : children_) child->setWaitHook(nullptr);
 }
 
-std::vector<std::unique_ptr<transport::Connection>> Device::connectAll(const ConnectSpec& spec) {
-  RF_ENFORCE(spec.store != nullptr, "per_peer: connectAll needs a store");
-  RF_ENFORCE_EQ(backendOf_.size(), static_cast<size_t>(spec.size), "per_peer: one backend per rank");
-  RF_ENFORCE(spec.peers.empty() || spec.peers.size() == backendOf_.size(), "per_peer: ", spec.peers.size(),
-             " peer flags for ", spec.size, " ranks");
-  const auto deadline = Clock::now() + spec.timeout;
-  std::vector<std::unique_ptr<transport::Connection>> out(spec.size);
-  for (size_t i = 0; i < children_.size(); ++i) {
-    std::vector<bool> mine(spec.size, false);
-    for (int p = 0; p < spec.size; ++p) {
-      mine[p] = p != spec.rank && backendOf_[p] == labels_[i] && (spec.peers.empty() || spec.peers[p]);
-    }
-    auto connections = children_[i]->connectAll(childSpec(spec, labels_[i], mine, deadline));
-    RF_ENFORCE_EQ(connections.size(), static_cast<size_t>(spec.size), labels_[i], " returned a wrong table");
-    for (int p = 0; p < spec.size; ++p) {
-      if (!mine[p]) continue;
-      RF_ENFORCE(connections[p] != nullptr, labels_[i], " did not connect rank ", p);
-      out[p] = std::make_unique<Connection>(std::move(connections[p]), i);
-    }
-  }
-  RF_LOG(kDebug) << name_ << " connected";
-  return out;
+std::vector<std::unique_ptr<transport::Connection>> Device::connectAll(const ConnectSpec&) {
+  RF_THROW(InvalidArgument, name_, " is connected when built; connect through per_peer::connect");
 }
+
+std::vector<std::unique_ptr<transport::Connection>> Device::takeConnections() { return std::move(connections_); }
 
 std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size_t size) {
   std::vector<std::unique_ptr<transport::MemoryRegion>> parts;

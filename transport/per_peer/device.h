@@ -3,8 +3,10 @@
 //
 // connect() is the entry point: it asks the selector (selector.h) which backend each peer gets,
 // creates one child device per backend in use (through the caller's Factory) and connects each
-// with its subset of peers under "<prefix>/<backend>", in the backends' name order on every rank
-// (so no two ranks wait on each other in different orders). With one backend in use it returns
+// with its subset of peers under "<prefix>/<backend>": the local backends first (in name order),
+// the remote one last, so every rank meets its peers in the same order. A peer that a local
+// backend leaves out (unix_uring returns null when a Unix connect is refused: both ends see it)
+// is logged and joined through the remote backend instead. With one backend in use it returns
 // that backend's device itself: a single-host or all-TCP job runs with no wrapper at all.
 //
 // Device: the composite of several children.
@@ -39,29 +41,38 @@ struct Connected {
   std::vector<std::unique_ptr<transport::Connection>> peers;  // by rank, null at spec.rank
 };
 
+// One backend's device, connected, with its connections by rank (null where it has none).
+struct Child {
+  std::string label;
+  std::unique_ptr<transport::Device> device;
+  std::vector<std::unique_ptr<transport::Connection>> peers;
+};
+
 // Selects (exchanging host identities under "<spec.prefix>/host/") and connects. spec.peers
 // must be empty (every peer).
 Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& factory,
                   const std::string& myHost = selectionHostId());
 
-// Connects peer p through backendOf[p] ("" at spec.rank). With no peer, the device of
-// `fallback` connects nothing.
-Connected connectWith(const ConnectSpec& spec, const std::vector<std::string>& backendOf, const Factory& factory,
-                      const std::string& fallback);
+// Connects peer p through backendOf[p] ("" at spec.rank), falling back to policy.remote as
+// above. With no peer at all, policy.remote's device connects nothing.
+Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendOf, const Factory& factory,
+                      const Policy& policy);
 
 // The kind and text of an error, as abort() takes them (IoError's peer in `peer`, else -1).
 ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer);
 
 class Device final : public transport::Device {
  public:
-  // `children[i]` serves the peers p with backendOf[p] == labels[i]; not yet connected.
-  Device(std::vector<std::string> labels, std::vector<std::unique_ptr<transport::Device>> children,
-         std::vector<std::string> backendOf);
+  // Children already connected (connectWith), at least two.
+  explicit Device(std::vector<Child> children);
   ~Device() override;
 
   const char* name() const override { return name_.c_str(); }
   using transport::Device::connectAll;
+  // The composite is connected when built: throws InvalidArgument (use per_peer::connect).
   std::vector<std::unique_ptr<transport::Connection>> connectAll(const ConnectSpec& spec) override;
+  // The connections of every child, wrapped, by rank; once.
+  std::vector<std::unique_ptr<transport::Connection>> takeConnections();
   std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t size) override;
   void abort(ErrorKind kind, const std::string& message) override;
   bool aborted() const override;
@@ -82,7 +93,7 @@ class Device final : public transport::Device {
   std::string name_;  // "per_peer(<label>+<label>...)"
   std::vector<std::string> labels_;
   std::vector<std::unique_ptr<transport::Device>> children_;
-  std::vector<std::string> backendOf_;
+  std::vector<std::unique_ptr<transport::Connection>> connections_;  // until takeConnections()
   std::function<void()> outerHook_;
   mutable std::exception_ptr reason_;  // the reason spread to every child
   mutable bool spreading_ = false;
