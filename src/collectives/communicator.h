@@ -80,6 +80,10 @@ class Communicator {
   int size() const { return size_; }
   transport::Connection& peer(int rank);
   transport::Device& device() { return *device_; }
+  // The transport as configured (RINGFOLD_TRANSPORT): "tcp_uring" for backends chosen per peer
+  // (whatever device() is: unix_uring, tcp_uring or both), else device().name(). Names that
+  // users see (timeline activities) use this, so they do not depend on where the peers run.
+  std::string transportName() const { return perPeer_ ? "tcp_uring" : device_->name(); }
   Reducer& reducer() { return *reducer_; }
   // Replaces the reducer (e.g. with one that wraps it for tracing); returns the previous one.
   std::unique_ptr<Reducer> setReducer(std::unique_ptr<Reducer> reducer);
