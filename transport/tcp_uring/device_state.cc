@@ -22,17 +22,12 @@ namespace ringfold::transport::tcp_uring {
 
 using Clock = std::chrono::steady_clock;
 
+using liveness::seconds;
+
 namespace {
 
 // The longest a wait blocks in the kernel between two calls of the wait hook.
 constexpr auto kHookSlice = std::chrono::microseconds(200);
-
-// "2.5" for 2.5 s: durations in error messages.
-std::string seconds(Clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
-  return buf;
-}
 
 }  // namespace
 
@@ -82,6 +77,7 @@ std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
   RF_ENFORCE(!closed_, "the device was destroyed");
   connected_ = true;
   rank_ = rank;
+  monitor_.start(rank, size);
   MeshOptions o;
   o.prefix = spec.prefix;
   o.rank = rank;
@@ -141,6 +137,11 @@ unsigned DeviceState::progress() {
   return n;
 }
 
+void DeviceState::withdrawNotice() {
+  monitor_.withdraw();
+  uring_->submit();
+}
+
 void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
@@ -150,7 +151,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   for (;;) {
     if (hook_) hook_();
     if (r.done) {
-      if (announced) announceWaiting(-1, {}, {});  // withdrawn: a stale notice would misdirect blame
+      if (announced) withdrawNotice();  // a stale notice would misdirect blame
       return;
     }
     if (poisoned()) throwPoison();
@@ -172,8 +173,8 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
     if (got) continue;
     if (now >= deadline) break;
     if (now >= noticeAt) {
-      announceWaiting(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(now - r.peer->lastHeard()));
+      monitor_.announce(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
+      uring_->submit();
       announced = true;
       noticeAt = Clock::time_point::max();
       continue;
@@ -188,7 +189,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   }
   progress();
   if (r.done) {
-    if (announced) announceWaiting(-1, {}, {});
+    if (announced) withdrawNotice();
     return;
   }
   if (poisoned()) throwPoison();
@@ -196,7 +197,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
                                     r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
                                     r.isSend ? "to" : "from", " rank ", peer, ": ");
-  const int culprit = blame(peer, what);
+  const int culprit = monitor_.blame(peer, what);
   // Name the setting only when it is the limit that ran out: a caller may pass its own (the
   // benches' -T, a test's communicator timeout).
   what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
@@ -205,100 +206,17 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   throwPoison();
 }
 
-void DeviceState::announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
-  for (auto& p : peers_) {
-    if (p) p->queueWaiting(waitedOn, waited, silent);
-  }
-  uring_->submit();
+bool DeviceState::connected(int peer) const {
+  return peer >= 0 && peer < static_cast<int>(peers_.size()) && peers_[peer] != nullptr;
 }
 
-int DeviceState::blame(int peer, std::string& what) const {
-  // Follow the WAITING notices from `peer`: a rank that said it waits for another is alive, and
-  // the one at the end of the chain is the one that went silent.
-  std::vector<bool> seen(peers_.size(), false);
-  int at = peer;
-  int from = -1;  // the rank whose notice named `at`
-  for (;;) {
-    seen[at] = true;
-    const auto& notice = peers_[at]->waitingNotice();
-    const int next = notice.waitedOn;
-    if (next < 0 || next >= static_cast<int>(peers_.size())) break;
-    what += detail::concat("rank ", at, " is alive but said it had waited ", seconds(notice.waited), " s for ");
-    if (next == rank_) {
-      what += detail::concat("this rank (", rank_,
-                             "), which waits for it: the ranks are running different collectives, or the same "
-                             "ones in a different order");
-      return peer;
-    }
-    what += detail::concat("rank ", next, "; ");
-    if (seen[next]) {
-      what += "the ranks wait for each other in a cycle: they are running different collectives";
-      return peer;
-    }
-    from = at;
-    at = next;
-  }
-  what += silence(at, from);
-  return at;
-}
+void DeviceState::sendNotice(int peer, const liveness::Notice& notice) { peers_[peer]->queueWaiting(notice); }
 
-bool DeviceState::othersUnacknowledged(const PeerLink& except) const {
-  int others = 0;
-  for (const auto& p : peers_) {
-    if (!p || p.get() == &except) continue;
-    ++others;
-    if (!p->unacknowledged().any) return false;
-  }
-  return others > 0;
-}
+void DeviceState::sendAbort(int peer, ErrorKind kind, const std::string& text) { peers_[peer]->queueAbort(kind, text); }
 
-std::string DeviceState::silence(int at, int via) const {
-  const Clock::time_point now = Clock::now();
-  const PeerLink& link = *peers_[at];
-  std::string out;
-  if (via < 0) {
-    // This rank waited on `at` itself: the last bytes it received from it.
-    out = detail::concat("rank ", at, " sent nothing for ", seconds(now - link.lastHeard()), " s",
-                         link.heardAny() ? "" : " (nothing at all since the connection was set up)");
-  } else {
-    // Reached through `via`'s notice: what `via` said, aged by the time since it arrived. This
-    // rank may never hear from `at` directly (a ring receives from one neighbour only).
-    const auto& notice = peers_[via]->waitingNotice();
-    const Clock::duration theirs = notice.silent + (now - notice.receivedAt);
-    // The silent rank is named last: ringfoldrun's summary blames the last rank an error names.
-    out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
-                         " last received anything from rank ", at, ")");
-  }
-  // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
-  // means the network, or the host, is down (and then perhaps this rank's own link).
-  const PeerLink::Unacknowledged gone = link.unacknowledged();
-  if (gone.any) {
-    if (othersUnacknowledged(link)) {
-      out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
-                            seconds(gone.sinceAck), " s (", gone.retransmits,
-                            " retransmissions): this rank's own network link is likely down");
-    } else {
-      out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
-                            gone.retransmits, " retransmissions): the network between this rank and rank ", at,
-                            " is down, or its host is");
-    }
-  }
-  const int pid = link.pid();
-  switch (processState(pid)) {
-    case ProcessState::kStopped:
-      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
-      break;
-    case ProcessState::kExited:
-      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
-      break;
-    case ProcessState::kRunning:
-      if (gone.any) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
-      break;
-    case ProcessState::kUnknown:
-      break;
-  }
-  return out;
-}
+liveness::Unacknowledged DeviceState::unacknowledged(int peer) const { return peers_[peer]->unacknowledged(); }
+
+int DeviceState::pid(int peer) const { return peers_[peer]->pid(); }
 
 void DeviceState::poison(std::exception_ptr error) noexcept {
   if (poison_ != nullptr) return;
@@ -376,38 +294,20 @@ void DeviceState::abandon(RequestState& r) noexcept {
 }
 
 void DeviceState::abort(ErrorKind kind, const std::string& message) {
-  if (aborted_ || closed_) return;
-  aborted_ = true;
+  if (monitor_.aborted() || closed_) return;
   RF_LOG(kDebug) << "aborting: " << message;
-  bool wasPoisoned = poisoned();
-  if (wasPoisoned) settle();  // ops drained; ABORT goes on streams still at a frame boundary
-  for (auto& p : peers_) {
-    if (p) p->queueAbort(kind, message);
-  }
+  if (poisoned()) settle();  // ops drained; ABORT goes on streams still at a frame boundary
+  std::exception_ptr error = monitor_.abort(kind, message);  // queues an ABORT to every peer
   uring_->submit();
   auto budget = std::min<std::chrono::milliseconds>(tuning_.timeout, std::chrono::milliseconds(2000));
   drainUntilIdle(budget, &DeviceState::abortsSent);
-  std::exception_ptr error;
-  try {
-    throwError(kind, -1, message);
-  } catch (...) {
-    error = std::current_exception();
-  }
   poison(error);
   settled_ = false;
   settle();
 }
 
 void DeviceState::onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept {
-  if (aborted_) return;  // the first abort wins
-  aborted_ = true;
-  std::exception_ptr error;
-  try {
-    throwError(kind, peer, message);
-  } catch (...) {
-    error = std::current_exception();
-  }
-  poison(error);
+  if (std::exception_ptr error = monitor_.onAbort(peer, kind, message)) poison(error);  // the first abort wins
 }
 
 void DeviceState::shutdown() noexcept {

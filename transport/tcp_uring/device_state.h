@@ -11,12 +11,11 @@
 // then poisons; an ABORT received from rank P poisons with throwError(kind, P, text). The
 // destructor cancels everything and closes the sockets without waiting on dead peers.
 //
-// Blame: a wait that has lasted half its timeout sends every peer a WAITING notice naming the
-// rank it waits for (and how long it has heard nothing from it), and withdraws it when the wait
-// ends. A wait that times out on rank P follows P's notice (and the next one's) to the rank that
-// really went silent, so a rank stuck behind a stopped one is not blamed for it; the silence
-// reported is measured from the last bytes received from that rank, by whichever rank waited on
-// it. A closed or reset connection is called a process exit only when the process is seen gone.
+// Liveness (transport/liveness/monitor.h): DeviceState implements liveness::Links (WAITING and
+// ABORT frames, TCP_INFO, pids) for its Monitor. A wait that has lasted half its timeout
+// announces whom it waits for, and withdraws that when it ends; a wait that times out blames the
+// rank the monitor finds. A closed or reset connection is called a process exit only when the
+// process is seen gone (kernel_view.h).
 #pragma once
 
 #include <chrono>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "transport/device.h"
+#include "transport/liveness/monitor.h"
 #include "transport/tcp_uring/device.h"
 #include "transport/tcp_uring/frame.h"
 
@@ -51,10 +51,10 @@ struct Tuning {
   static Tuning fromEnvironment();
 };
 
-class DeviceState {
+class DeviceState final : private liveness::Links {
  public:
   explicit DeviceState(const Options& options);  // creates the ring; throws Error if io_uring is unavailable
-  ~DeviceState();
+  ~DeviceState() override;
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 
@@ -69,6 +69,7 @@ class DeviceState {
   BufferPool& buffers() { return buffers_; }
   ObjectPool<OutFrame>& frames() { return frames_; }
   ObjectPool<Inbound>& inbounds() { return inbounds_; }
+  liveness::Monitor& monitor() { return monitor_; }
 
   // Submits queued ops, handles every ready completion, and submits again what the handlers
   // queued if any of it is urgent (see markUrgent); never blocks. Returns how many completions.
@@ -83,7 +84,7 @@ class DeviceState {
   const std::exception_ptr& poisonError() const { return poison_; }
   // Called from wait() between blocking slices of at most 200 us while set.
   void setWaitHook(std::function<void()> hook) { hook_ = std::move(hook); }
-  bool aborted() const { return aborted_; }
+  bool aborted() const { return monitor_.aborted(); }
   // Records the first failure; callable from inside completion handlers (it only queues
   // cancellations). Later calls are ignored.
   void poison(std::exception_ptr error) noexcept;
@@ -97,9 +98,6 @@ class DeviceState {
 
   void abort(ErrorKind kind, const std::string& message);
   void onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept;
-  // Whether there is another peer than `except` and none of them acknowledges what this rank
-  // sent (PeerLink::unacknowledged): then this rank's own link is the likely failure.
-  bool othersUnacknowledged(const PeerLink& except) const;
   // Closes everything; later calls throw "device was destroyed".
   void shutdown() noexcept;
 
@@ -110,17 +108,13 @@ class DeviceState {
   bool abortsSent() const;
   bool idle() const { return !anyBusy(); }
   bool idleWithNotifications() const;
-  // Sends every peer a WAITING notice: this rank has waited `waited` for rank `waitedOn`, from
-  // which it has received nothing for `silent` (-1: the wait is over, forget the last notice).
-  void announceWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
-  // A wait on `peer` timed out: appends to `what` who went silent, following the peers' WAITING
-  // notices past ranks that are alive but stuck, and returns the rank to blame.
-  int blame(int peer, std::string& what) const;
-  // How long rank `at` has been silent, measured from the last bytes received from it: by this
-  // rank (`via` -1), or by rank `via`, whose notice named it. Adds what the kernel knows: data
-  // its host never acknowledged (a network failure, perhaps this rank's own link), and whether
-  // its process is stopped or gone where this rank can look (kernel_view.h).
-  std::string silence(int at, int via) const;
+  void withdrawNotice();
+  // liveness::Links, for monitor_.
+  bool connected(int peer) const override;
+  void sendNotice(int peer, const liveness::Notice& notice) override;
+  void sendAbort(int peer, ErrorKind kind, const std::string& text) override;
+  liveness::Unacknowledged unacknowledged(int peer) const override;
+  int pid(int peer) const override;
 
   Options options_;
   Tuning tuning_;
@@ -138,10 +132,10 @@ class DeviceState {
   bool connected_ = false;
   std::exception_ptr poison_;
   bool settled_ = false;
-  bool aborted_ = false;
   bool closed_ = false;
   bool urgent_ = false;
   std::function<void()> hook_;
+  liveness::Monitor monitor_{*this};
 };
 
 }  // namespace ringfold::transport::tcp_uring

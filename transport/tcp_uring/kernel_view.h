@@ -3,24 +3,21 @@
 // process is gone; silence with data the peer's host never acknowledged is a network (or host)
 // failure, not a stopped process, whose kernel still acknowledges.
 //
-// A peer's process can be looked up only on this kernel and in this pid namespace (mesh.cc
-// publishes a process identity; PeerLink::pid() is 0 otherwise, and for ranks that are threads of
-// this process). Everything here is best effort and never throws.
+// TCP's part of the kernel's view (liveness::Links::unacknowledged, the text of a connection
+// that went down); the process lookup is backend-independent (liveness/process.h). Everything
+// here is best effort and never throws.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "transport/liveness/process.h"
+
 namespace ringfold::transport::tcp_uring {
 
-enum class ProcessState { kUnknown, kRunning, kStopped, kExited };
-
-// The state of process `pid` from /proc/<pid>/stat: kExited when it is gone or a zombie,
-// kStopped when stopped (SIGSTOP) or traced. A process being killed closes its sockets before it
-// becomes a zombie, so after a closed connection the caller passes `settle`: a running process is
-// looked at again until it has exited or `settle` has passed.
-ProcessState processState(int pid, std::chrono::milliseconds settle = std::chrono::milliseconds(0));
+using liveness::ProcessState;
+using liveness::processState;
 
 // The error text for a connection to `rank` that went down: `res` is the failed receive's result
 // (0: closed, -errno), `pid` the peer's (0: unknown). Names what is known: the process exited,

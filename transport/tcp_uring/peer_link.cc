@@ -16,7 +16,7 @@
 namespace ringfold::transport::tcp_uring {
 
 PeerLink::PeerLink(DeviceState& device, int peerRank, std::vector<Socket> sockets, uint32_t firstSocketId)
-    : device_(device), rank_(peerRank), lastHeard_(std::chrono::steady_clock::now()) {
+    : device_(device), rank_(peerRank) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<SocketState>();
     s->sock = std::move(sockets[i]);
@@ -185,7 +185,7 @@ void PeerLink::onSend(SocketState& s, const OpId& op, int res, uint32_t flags) {
       return;
     }
     device_.poisonIo(rank_, "sending: " + connectionDownText(rank_, res, false, s.index, sockets_.size(), pid_,
-                                                             hostUnreachable(res) && device_.othersUnacknowledged(*this)));
+                                                             hostUnreachable(res) && device_.monitor().othersUnacknowledged(rank_)));
     s.dirty = true;
     finishBatch(s, true);
     dropControl(s);
@@ -247,12 +247,12 @@ void PeerLink::queueAbort(ErrorKind kind, const std::string& text) {
   }
 }
 
-void PeerLink::queueWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
-  // Numbered, and marked with the first message id isend will give out after it (frame.h).
-  const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, ++waitingSent_, nextSendId_,
-                      waitedOn < 0 ? kNoRank : static_cast<uint64_t>(waitedOn), 0,
-                      static_cast<uint64_t>(waited.count()), static_cast<uint64_t>(std::max<int64_t>(silent.count(), 0)),
-                      0};
+void PeerLink::queueWaiting(const liveness::Notice& n) {
+  // Numbered by the monitor, and marked with the first message id isend will give out after it.
+  const FrameHeader h{kFrameMagic, static_cast<uint8_t>(FrameType::kWaiting), 0, n.seq, nextSendId_,
+                      n.waitedOn < 0 ? kNoRank : static_cast<uint64_t>(n.waitedOn), 0,
+                      static_cast<uint64_t>(n.waited.count()),
+                      static_cast<uint64_t>(std::max<int64_t>(n.silent.count(), 0)), 0};
   for (auto& s : sockets_) {
     if (queueControl(*s, h, {})) return;  // one socket is enough
   }

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "transport/device.h"
+#include "transport/liveness/monitor.h"
 #include "transport/tcp_uring/connection.h"
 #include "transport/tcp_uring/frame.h"
 #include "transport/tcp_uring/socket.h"
@@ -51,20 +52,11 @@ class PeerLink {
   int rank() const { return rank_; }
   size_t socketCount() const { return sockets_.size(); }
   bool overUnix() const { return overUnix_; }  // a same-host peer joined by Unix sockets
-  std::chrono::steady_clock::time_point lastHeard() const { return lastHeard_; }
-  bool heardAny() const { return heardAny_; }  // anything received since the connection was set up
   // The peer's pid when this process can look it up (same kernel and pid namespace), else 0.
   void setPid(int pid) { pid_ = pid; }
   int pid() const { return pid_; }
-  // What the kernel says about data sent to this peer: over TCP, bytes its host has not
-  // acknowledged while being retransmitted (a stopped or busy process's kernel still
-  // acknowledges, so this means the network or the host is down). Unix sockets: never.
-  struct Unacknowledged {
-    bool any = false;
-    unsigned retransmits = 0;
-    std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
-  };
-  Unacknowledged unacknowledged() const;
+  // What the kernel says about data sent to this peer (TCP_INFO; Unix sockets: never).
+  liveness::Unacknowledged unacknowledged() const;
 
   void start();                        // posts the first staging recvs
   void postSend(RequestState& request);
@@ -75,19 +67,9 @@ class PeerLink {
   // ABORT frames: one per socket whose stream is at a frame boundary, after its current op.
   void queueAbort(ErrorKind kind, const std::string& text);
   bool abortsPending() const;
-  // Tells this peer that the local rank has waited `waited` for rank `waitedOn` (a WAITING
-  // frame on one socket; see frame.h). Best effort: skipped if no socket can take it.
-  // `silent`: how long this rank had then received nothing from `waitedOn`.
-  void queueWaiting(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
-  // What this peer last said it waits for, as long as no message it sent later has arrived.
-  struct WaitingNotice {
-    int waitedOn = -1;  // -1: no notice
-    std::chrono::milliseconds waited{0};
-    std::chrono::milliseconds silent{0};  // the peer had received nothing from waitedOn for this long
-    std::chrono::steady_clock::time_point receivedAt{};
-    uint64_t firstLaterMessage = 0;  // a frame of this message id or later withdraws the notice
-  };
-  const WaitingNotice& waitingNotice() const { return waiting_; }
+  // A liveness notice to this peer: a WAITING frame on one socket (frame.h), marked with the
+  // next message id. Best effort: skipped if no socket can take it.
+  void queueWaiting(const liveness::Notice& notice);
   void cancelAll();                    // queues an async cancel for every socket with ops in flight
   // Any op still in flight; with countNotifications, also zero-copy notifications still due.
   bool busy(bool countNotifications) const;
@@ -141,11 +123,6 @@ class PeerLink {
   uint32_t downSocket_ = 0;
   bool downMidFrame_ = false;
   int pid_ = 0;
-  bool heardAny_ = false;
-  std::chrono::steady_clock::time_point lastHeard_;
-  WaitingNotice waiting_;
-  uint32_t waitingSent_ = 0;  // WAITING frames sent to this peer (their number)
-  uint32_t waitingSeen_ = 0;  // the highest number of a WAITING frame from this peer
 };
 
 }  // namespace ringfold::transport::tcp_uring

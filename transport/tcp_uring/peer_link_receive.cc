@@ -60,8 +60,7 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
     onSocketDown(s, res);
     return;
   }
-  lastHeard_ = std::chrono::steady_clock::now();
-  heardAny_ = true;
+  device_.monitor().heard(rank_);
   if (!direct) {
     s.end += static_cast<size_t>(res);
     parse(s);
@@ -106,11 +105,11 @@ void PeerLink::poisonGone() {
   if (device_.poisoned()) return;
   const int res = downRes_ == 1 ? 0 : downRes_;
   device_.poisonIo(rank_, connectionDownText(rank_, res, downMidFrame_, downSocket_, sockets_.size(), pid_,
-                                             hostUnreachable(res) && device_.othersUnacknowledged(*this)));
+                                             hostUnreachable(res) && device_.monitor().othersUnacknowledged(rank_)));
 }
 
-PeerLink::Unacknowledged PeerLink::unacknowledged() const {
-  Unacknowledged out;
+liveness::Unacknowledged PeerLink::unacknowledged() const {
+  liveness::Unacknowledged out;
   for (auto& s : sockets_) {
     if (!s->sock.valid()) continue;
     const TcpSilence t = tcpSilence(s->sock.fd());
@@ -159,18 +158,18 @@ void PeerLink::parse(SocketState& s) {
     if (h.type == static_cast<uint8_t>(FrameType::kWaiting)) {
       if (h.length != 0) return protocolError(s, "WAITING frame with a payload");
       s.begin += kHeader;
-      if (h.seq <= waitingSeen_) continue;  // overtaken on another socket by a later one
-      waitingSeen_ = h.seq;
-      waiting_ = {};
-      if (h.tag != kNoRank) {
-        waiting_ = {static_cast<int>(h.tag), std::chrono::milliseconds(h.total), std::chrono::milliseconds(h.offset),
-                    std::chrono::steady_clock::now(), h.msgId};
-      }
+      liveness::Notice n;
+      n.seq = h.seq;
+      n.waitedOn = h.tag == kNoRank ? -1 : static_cast<int>(h.tag);
+      n.waited = std::chrono::milliseconds(h.total);
+      n.silent = std::chrono::milliseconds(h.offset);
+      n.firstLaterMessage = h.msgId;
+      device_.monitor().onNotice(rank_, n);
       continue;
     }
     if (h.type != static_cast<uint8_t>(FrameType::kData)) return protocolError(s, "unknown frame type");
     // A message the peer sent after its notice: it got past that wait.
-    if (waiting_.waitedOn >= 0 && h.msgId >= waiting_.firstLaterMessage) waiting_ = {};
+    device_.monitor().onMessage(rank_, h.msgId);
     if (h.length > h.total || h.offset > h.total - h.length) return protocolError(s, "chunk outside its message");
     Inbound* m;
     if (h.msgId < nextResolve_) {

@@ -1,0 +1,182 @@
+// liveness::Monitor alone, over a fake Links (the interface every backend implements): blame
+// following WAITING notices, notices withdrawn or overtaken, ranks waiting on each other,
+// aborts (the first wins), and the kernel's view in the blame text. The same Monitor code runs
+// inside tcp_uring (transport_tcp_uring_failure_test / _process_test hold it end to end).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "transport/liveness/monitor.h"
+
+namespace ringfold::transport::liveness {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FakeLinks : Links {
+  std::vector<bool> linked;
+  std::vector<std::pair<int, Notice>> notices;
+  std::vector<std::pair<int, std::string>> aborts;
+  std::map<int, Unacknowledged> unacked;
+  std::map<int, int> pids;
+  explicit FakeLinks(int size) : linked(size, true) {}
+  bool connected(int peer) const override { return linked.at(peer); }
+  void sendNotice(int peer, const Notice& n) override { notices.emplace_back(peer, n); }
+  void sendAbort(int peer, ErrorKind, const std::string& text) override { aborts.emplace_back(peer, text); }
+  Unacknowledged unacknowledged(int peer) const override {
+    auto it = unacked.find(peer);
+    return it == unacked.end() ? Unacknowledged{} : it->second;
+  }
+  int pid(int peer) const override {
+    auto it = pids.find(peer);
+    return it == pids.end() ? 0 : it->second;
+  }
+};
+
+Notice says(uint32_t seq, int waitedOn, std::chrono::milliseconds waited = 5000ms,
+            std::chrono::milliseconds silent = 4000ms, uint64_t firstLater = 10) {
+  Notice n;
+  n.seq = seq;
+  n.waitedOn = waitedOn;
+  n.waited = waited;
+  n.silent = silent;
+  n.firstLaterMessage = firstLater;
+  return n;
+}
+
+struct TransportLiveness : ::testing::Test {
+  FakeLinks links{4};
+  Monitor monitor{links};
+  void SetUp() override {
+    links.linked[0] = false;
+    monitor.start(0, 4);
+  }
+};
+
+TEST_F(TransportLiveness, BlameFollowsNoticesThroughAChain) {
+  monitor.onNotice(1, says(1, 2, 5000ms));
+  monitor.onNotice(2, says(1, 3, 4000ms, 3000ms));
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 3);
+  EXPECT_EQ(what,
+            "rank 1 is alive but said it had waited 5.0 s for rank 2; rank 2 is alive but said it had waited 4.0 s "
+            "for rank 3; rank 3 sent nothing for 3.0 s (the time since rank 2 last received anything from rank 3)");
+}
+
+TEST_F(TransportLiveness, WithdrawnNoticeIsNotFollowed) {
+  monitor.onNotice(1, says(1, 2));
+  monitor.onNotice(1, says(2, -1));  // the wait ended
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_EQ(what.rfind("rank 1 sent nothing for 0.0 s (nothing at all since the connection was set up)", 0), 0u)
+      << what;
+}
+
+TEST_F(TransportLiveness, ALaterMessageWithdrawsANoticeAndAnEarlierOneDoesNot) {
+  monitor.onNotice(1, says(1, 2, 5000ms, 4000ms, /*firstLater=*/10));
+  monitor.onMessage(1, 9);  // sent before the notice, overtaken on another socket
+  EXPECT_EQ(monitor.notice(1).waitedOn, 2);
+  monitor.heard(1);
+  monitor.onMessage(1, 10);
+  EXPECT_EQ(monitor.notice(1).waitedOn, -1);
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_EQ(what, "rank 1 sent nothing for 0.0 s");
+}
+
+TEST_F(TransportLiveness, NoticesOutOfOrderAreIgnored) {
+  monitor.onNotice(1, says(2, 3));
+  monitor.onNotice(1, says(1, -1));  // older: overtaken by notice 2
+  EXPECT_EQ(monitor.notice(1).waitedOn, 3);
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 3);
+}
+
+TEST_F(TransportLiveness, RanksWaitingOnEachOther) {
+  monitor.onNotice(1, says(1, 0));
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_EQ(what,
+            "rank 1 is alive but said it had waited 5.0 s for this rank (0), which waits for it: the ranks are "
+            "running different collectives, or the same ones in a different order");
+  monitor.onNotice(1, says(2, 2));
+  monitor.onNotice(2, says(1, 1));
+  what.clear();
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_NE(what.find("the ranks wait for each other in a cycle: they are running different collectives"),
+            std::string::npos)
+      << what;
+}
+
+TEST_F(TransportLiveness, AnnounceAndWithdrawReachEveryConnectedPeerNumbered) {
+  links.linked[3] = false;  // a peer of another backend: not this monitor's to tell
+  monitor.announce(2, 1500ms);
+  monitor.withdraw();
+  ASSERT_EQ(links.notices.size(), 4u);
+  EXPECT_EQ(links.notices[0].first, 1);
+  EXPECT_EQ(links.notices[0].second.seq, 1u);
+  EXPECT_EQ(links.notices[0].second.waitedOn, 2);
+  EXPECT_EQ(links.notices[0].second.waited, 1500ms);
+  EXPECT_EQ(links.notices[1].first, 2);
+  EXPECT_EQ(links.notices[2].second.seq, 2u);
+  EXPECT_EQ(links.notices[2].second.waitedOn, -1);
+}
+
+TEST_F(TransportLiveness, TheFirstAbortWins) {
+  std::exception_ptr mine = monitor.abort(ErrorKind::kMismatch, "ranks disagree");
+  ASSERT_NE(mine, nullptr);
+  EXPECT_TRUE(monitor.aborted());
+  EXPECT_EQ(links.aborts.size(), 3u);
+  EXPECT_THROW(std::rethrow_exception(mine), MismatchError);
+  EXPECT_EQ(monitor.onAbort(2, ErrorKind::kIo, "late"), nullptr);
+  EXPECT_EQ(monitor.abort(ErrorKind::kIo, "again"), nullptr);
+  EXPECT_EQ(links.aborts.size(), 3u);
+}
+
+TEST_F(TransportLiveness, APeersAbortNamesItsRank) {
+  std::exception_ptr e = monitor.onAbort(2, ErrorKind::kIo, "rank 2 gave up");
+  ASSERT_NE(e, nullptr);
+  try {
+    std::rethrow_exception(e);
+  } catch (const IoError& x) {
+    EXPECT_EQ(x.peerRank(), 2);
+  }
+  EXPECT_TRUE(links.aborts.empty());
+}
+
+TEST_F(TransportLiveness, KernelViewJoinsTheBlame) {
+  links.unacked[1] = {true, 4, 6000ms};
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_NE(what.find("; its host has acknowledged nothing this rank sent for 6.0 s (4 retransmissions): the network "
+                      "between this rank and rank 1 is down, or its host is"),
+            std::string::npos)
+      << what;
+  links.unacked[2] = links.unacked[3] = {true, 2, 5000ms};
+  what.clear();
+  monitor.blame(1, what);
+  EXPECT_NE(what.find("; no rank's host has acknowledged anything this rank (0) sent for 6.0 s (4 retransmissions): "
+                      "this rank's own network link is likely down"),
+            std::string::npos)
+      << what;
+}
+
+TEST_F(TransportLiveness, AnExitedProcessIsNamed) {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  links.pids[1] = child;
+  std::string what;
+  monitor.blame(1, what);
+  EXPECT_NE(what.find("; the process of rank 1 (pid " + std::to_string(child) + ") has exited"), std::string::npos)
+      << what;
+}
+
+}  // namespace
+}  // namespace ringfold::transport::liveness

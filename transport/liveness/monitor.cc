@@ -1,0 +1,167 @@
+// liveness::Monitor (monitor.h).
+#include "transport/liveness/monitor.h"
+
+#include <cstdio>
+
+#include "common/error.h"
+#include "transport/liveness/process.h"
+
+namespace ringfold::transport::liveness {
+
+std::string seconds(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+void Monitor::start(int rank, int size) {
+  rank_ = rank;
+  peers_.assign(size, Peer{});
+  const Clock::time_point now = Clock::now();
+  for (Peer& p : peers_) p.lastHeard = now;
+}
+
+void Monitor::onNotice(int peer, const Notice& n) {
+  Peer& p = peers_[peer];
+  if (n.seq <= p.seen) return;  // overtaken by a later one
+  p.seen = n.seq;
+  p.notice = {};
+  if (n.waitedOn >= 0) p.notice = {n.waitedOn, n.waited, n.silent, Clock::now(), n.firstLaterMessage};
+}
+
+namespace {
+
+std::exception_ptr errorOf(ErrorKind kind, int peer, const std::string& text) {
+  try {
+    throwError(kind, peer, text);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+std::exception_ptr Monitor::onAbort(int peer, ErrorKind kind, const std::string& text) {
+  if (aborted_) return nullptr;  // the first abort wins
+  aborted_ = true;
+  return errorOf(kind, peer, text);
+}
+
+std::exception_ptr Monitor::abort(ErrorKind kind, const std::string& text) {
+  if (aborted_) return nullptr;
+  aborted_ = true;
+  for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
+    if (p != rank_ && links_.connected(p)) links_.sendAbort(p, kind, text);
+  }
+  return errorOf(kind, -1, text);
+}
+
+void Monitor::sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
+  for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
+    if (p == rank_ || !links_.connected(p)) continue;
+    Notice n;
+    n.seq = ++peers_[p].sent;
+    n.waitedOn = waitedOn;
+    n.waited = waited;
+    n.silent = silent;
+    links_.sendNotice(p, n);
+  }
+}
+
+void Monitor::announce(int waitedOn, std::chrono::milliseconds waited) {
+  sendAll(waitedOn, waited,
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - peers_[waitedOn].lastHeard));
+}
+
+void Monitor::withdraw() { sendAll(-1, {}, {}); }
+
+int Monitor::blame(int peer, std::string& what) const {
+  // Follow the WAITING notices from `peer`: a rank that said it waits for another is alive, and
+  // the one at the end of the chain is the one that went silent.
+  std::vector<bool> seen(peers_.size(), false);
+  int at = peer;
+  int from = -1;  // the rank whose notice named `at`
+  for (;;) {
+    seen[at] = true;
+    const Received& notice = peers_[at].notice;
+    const int next = notice.waitedOn;
+    if (next < 0 || next >= static_cast<int>(peers_.size())) break;
+    what += detail::concat("rank ", at, " is alive but said it had waited ", seconds(notice.waited), " s for ");
+    if (next == rank_) {
+      what += detail::concat("this rank (", rank_,
+                             "), which waits for it: the ranks are running different collectives, or the same "
+                             "ones in a different order");
+      return peer;
+    }
+    what += detail::concat("rank ", next, "; ");
+    if (seen[next]) {
+      what += "the ranks wait for each other in a cycle: they are running different collectives";
+      return peer;
+    }
+    from = at;
+    at = next;
+  }
+  what += silence(at, from);
+  return at;
+}
+
+bool Monitor::othersUnacknowledged(int except) const {
+  int others = 0;
+  for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
+    if (p == rank_ || p == except || !links_.connected(p)) continue;
+    ++others;
+    if (!links_.unacknowledged(p).any) return false;
+  }
+  return others > 0;
+}
+
+std::string Monitor::silence(int at, int via) const {
+  const Clock::time_point now = Clock::now();
+  const Peer& peer = peers_[at];
+  std::string out;
+  if (via < 0) {
+    // This rank waited on `at` itself: the last bytes it received from it.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(now - peer.lastHeard), " s",
+                         peer.heardAny ? "" : " (nothing at all since the connection was set up)");
+  } else {
+    // Reached through `via`'s notice: what `via` said, aged by the time since it arrived. This
+    // rank may never hear from `at` directly (a ring receives from one neighbour only).
+    const Received& notice = peers_[via].notice;
+    const Clock::duration theirs = notice.silent + (now - notice.receivedAt);
+    // The silent rank is named last: ringfoldrun's summary blames the last rank an error names.
+    out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
+                         " last received anything from rank ", at, ")");
+  }
+  const bool linked = links_.connected(at);
+  // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
+  // means the network, or the host, is down (and then perhaps this rank's own link).
+  const Unacknowledged gone = linked ? links_.unacknowledged(at) : Unacknowledged{};
+  if (gone.any) {
+    if (othersUnacknowledged(at)) {
+      out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
+                            seconds(gone.sinceAck), " s (", gone.retransmits,
+                            " retransmissions): this rank's own network link is likely down");
+    } else {
+      out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
+                            gone.retransmits, " retransmissions): the network between this rank and rank ", at,
+                            " is down, or its host is");
+    }
+  }
+  const int pid = linked ? links_.pid(at) : 0;
+  switch (processState(pid)) {
+    case ProcessState::kStopped:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
+      break;
+    case ProcessState::kExited:
+      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
+      break;
+    case ProcessState::kRunning:
+      if (gone.any) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
+      break;
+    case ProcessState::kUnknown:
+      break;
+  }
+  return out;
+}
+
+}  // namespace ringfold::transport::liveness

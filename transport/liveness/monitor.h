@@ -1,0 +1,139 @@
+// liveness::Monitor: abort propagation, WAITING notices and blame, for any backend.
+//
+// Vocabulary
+//   notice  : "rank F has waited `waited` for rank W, from which it had received nothing for
+//             `silent`". A rank whose wait has lasted half its timeout sends every peer one
+//             (announce), and withdraws it when the wait ends (withdraw: a notice with waitedOn
+//             -1). Notices are numbered per sender and receiver (seq 1, 2, ...): one overtaken by
+//             a later one (several sockets, queues) is ignored. A notice also carries the
+//             sender's next message number (the backend's own numbering of its messages to that
+//             peer): a message numbered that or later shows the sender got past that wait, so it
+//             withdraws the notice too (onMessage). Earlier messages do not: they may arrive
+//             after the notice.
+//   blame   : a wait on rank P that timed out follows P's notice (and the next rank's) to the
+//             rank that went silent, so a rank stuck behind a stopped one is not blamed for it.
+//             The silence reported is measured from the last bytes received from that rank
+//             (heard), by whichever rank waited on it, and the kernel's view is added: data its
+//             host never acknowledged (a network or host failure, perhaps this rank's own link),
+//             and whether its process is stopped or gone where this rank can look.
+//   abort   : the first abort wins, local (abort: every connected peer is sent an ABORT) or a
+//             peer's (onAbort); either returns the error every request then fails with.
+//
+// Contract: the backend implements Links (sending notices and aborts in its own encoding, and
+// its kernel's view of a peer) and calls heard/onMessage/onNotice/onAbort as frames arrive.
+// heard() and onMessage() are inline and allocate nothing (they run per received frame). Not
+// thread-safe: the thread driving the device calls everything. Message texts are relied on by
+// tests and by ringfoldrun's summary (which blames the last rank an error names).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "transport/device.h"
+
+namespace ringfold::transport::liveness {
+
+using Clock = std::chrono::steady_clock;
+
+struct Notice {
+  uint32_t seq = 0;
+  int waitedOn = -1;  // -1: the wait is over
+  std::chrono::milliseconds waited{0};
+  std::chrono::milliseconds silent{0};  // the sender had received nothing from waitedOn for this long
+  uint64_t firstLaterMessage = 0;       // set by the backend: its next message number to this rank
+};
+
+// Data sent to a peer that its host has not acknowledged while being retransmitted (a stopped
+// or busy process's kernel still acknowledges, so this means the network or the host is down).
+struct Unacknowledged {
+  bool any = false;
+  unsigned retransmits = 0;
+  std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
+};
+
+// What a backend provides to the monitor, per peer rank.
+class Links {
+ public:
+  virtual ~Links() = default;
+  virtual bool connected(int peer) const = 0;
+  // Best effort (skipped when the link cannot take it now). The backend fills in
+  // notice.firstLaterMessage.
+  virtual void sendNotice(int peer, const Notice& notice) = 0;
+  virtual void sendAbort(int peer, ErrorKind kind, const std::string& text) = 0;
+  // The kernel's view of the link to `peer` (never anything for same-host transports).
+  virtual Unacknowledged unacknowledged(int peer) const = 0;
+  // The peer's pid when this process can look it up (same kernel and pid namespace), else 0.
+  virtual int pid(int peer) const = 0;
+};
+
+class Monitor {
+ public:
+  explicit Monitor(Links& links) : links_(links) {}
+  // Sizes the tables once the device knows its rank and size; every peer counts as heard now.
+  void start(int rank, int size);
+
+  // ---- as frames arrive (backend) ----
+  void heard(int peer) {
+    Peer& p = peers_[peer];
+    p.lastHeard = Clock::now();
+    p.heardAny = true;
+  }
+  void onMessage(int peer, uint64_t messageNumber) {
+    Received& n = peers_[peer].notice;
+    if (n.waitedOn >= 0 && messageNumber >= n.firstLaterMessage) n = {};
+  }
+  void onNotice(int peer, const Notice& notice);
+  // A peer's ABORT: the error to poison with (rank `peer`, kind, text), or null if an abort
+  // already happened (the first wins).
+  std::exception_ptr onAbort(int peer, ErrorKind kind, const std::string& text);
+
+  // ---- this rank ----
+  // Sends every connected peer an ABORT and returns the error; null if already aborted.
+  std::exception_ptr abort(ErrorKind kind, const std::string& text);
+  bool aborted() const { return aborted_; }
+  // This rank has waited `waited` for `waitedOn`: tells every connected peer (once per wait).
+  void announce(int waitedOn, std::chrono::milliseconds waited);
+  // The wait announced is over: withdraws the notice (a stale one would misdirect blame).
+  void withdraw();
+
+  // A wait on `peer` timed out: appends to `what` who went silent and returns the rank to blame.
+  int blame(int peer, std::string& what) const;
+  // Whether there is a connected peer other than `except` and none of them acknowledges what
+  // this rank sent: then this rank's own link is the likely failure.
+  bool othersUnacknowledged(int except) const;
+  Clock::time_point lastHeard(int peer) const { return peers_[peer].lastHeard; }
+
+  // What `peer` last said it waits for (waitedOn -1: nothing), while not withdrawn.
+  struct Received {
+    int waitedOn = -1;
+    std::chrono::milliseconds waited{0};
+    std::chrono::milliseconds silent{0};
+    Clock::time_point receivedAt{};
+    uint64_t firstLaterMessage = 0;
+  };
+  const Received& notice(int peer) const { return peers_[peer].notice; }
+
+ private:
+  struct Peer {
+    Clock::time_point lastHeard{};
+    bool heardAny = false;
+    Received notice;
+    uint32_t sent = 0;  // notices sent to this peer (their number)
+    uint32_t seen = 0;  // the highest number of a notice from this peer
+  };
+  void sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
+  std::string silence(int at, int via) const;
+
+  Links& links_;
+  int rank_ = -1;
+  std::vector<Peer> peers_;
+  bool aborted_ = false;
+};
+
+// "2.5" for 2.5 s: durations in error messages.
+std::string seconds(Clock::duration d);
+
+}  // namespace ringfold::transport::liveness
