@@ -93,7 +93,7 @@ Result failedResult(const std::string& message) {
 }
 
 std::string transportActivity(Communicator& comm, OpType op) {
-  std::string name = comm.device().name();
+  std::string name = comm.transportName();
   for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return name + "_" + opTypeName(op);
 }
