@@ -24,10 +24,11 @@
 //      them at the same point).
 //
 // Contract
-//   * enqueue() checks what it can check locally and throws InvalidArgument (bad argument, a
-//     name already in flight in that set, unknown set, this rank not in the set) or
-//     PreconditionError-like Error (after shutdown, or after the engine failed); otherwise it
-//     returns a handle that the engine completes exactly once.
+//   * enqueue() checks what it can check locally, and is the only place that checks a tensor's
+//     arguments (validateTensor in tensor_args.h, then the split count and the GPU); it throws
+//     InvalidArgument (bad argument, a name already in flight in that set, unknown set, this rank
+//     not in the set) or EngineStopped (after shutdown, or after the engine failed); otherwise
+//     it returns a handle that the engine completes exactly once.
 //   * Disagreements between ranks (shape, dtype, op, root, device, ...) complete the tensor's
 //     handle on every rank with the same error, naming the tensor and the ranks that differ.
 //   * A peer that dies fails every pending handle on every rank with an IoError-derived
