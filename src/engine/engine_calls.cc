@@ -154,20 +154,21 @@ uint64_t Engine::joinsCompleted(int processSet) const {
   return processSet >= 0 && processSet < static_cast<int>(joinsCompleted_.size()) ? joinsCompleted_[processSet] : 0;
 }
 
-Handle Engine::join(int processSet) {
+namespace {
+// The arguments of an operation without a tensor (join, barrier), under its reserved name.
+TensorArgs tensorless(OpType op, const char* name, int processSet) {
   TensorArgs a;
-  a.op = OpType::kJoin;
-  a.name = "__ringfold.join";
+  a.op = op;
+  a.name = name;
   a.processSet = processSet;
-  return enqueue(std::move(a));
+  return a;
 }
+}  // namespace
+
+Handle Engine::join(int processSet) { return enqueue(tensorless(OpType::kJoin, "__ringfold.join", processSet)); }
 
 Handle Engine::barrier(int processSet) {
-  TensorArgs a;
-  a.op = OpType::kBarrier;
-  a.name = "__ringfold.barrier";
-  a.processSet = processSet;
-  return enqueue(std::move(a));
+  return enqueue(tensorless(OpType::kBarrier, "__ringfold.barrier", processSet));
 }
 
 namespace {
