@@ -2,12 +2,9 @@
 // Device, rendezvous through a HashStore) over a subset of the loopback matrix that still
 // covers every dtype, op, rank count {1,2,3,5,8} and count; and one job of forked processes
 // that starts like a real one (Communicator::fromEnvironment with torchrun's variables, rank 0
-// hosting the TCP store).
+// hosting the TCP store), which also runs the checks of per_peer_test_util.h.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +18,7 @@
 #include "reduce/cpu_reducer.h"
 #include "reference.h"
 #include "transport/device.h"
+#include "transport/per_peer_test_util.h"
 #include "transport/tcp_test_util.h"
 
 namespace {
@@ -122,18 +120,6 @@ TEST_P(TcpThreads, MismatchFailsEveryRank) {
 INSTANTIATE_TEST_SUITE_P(TcpUring, TcpThreads, ::testing::ValuesIn(kRankCounts),
                          [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // One rank of the forked job: returns the number of wrong results (exceptions propagate).
 int forkedRank() {
   auto comm = Communicator::fromEnvironment();
@@ -166,23 +152,7 @@ int forkedRank() {
       }
     }
   }
-  std::vector<int32_t> all(n * 3), mine = {r, r + 1, r + 2};
-  AllgatherOptions g;
-  g.sendbuf = mine.data();
-  g.recvbuf = all.data();
-  g.sendCount = 3;
-  g.dtype = DataType::kInt32;
-  allgather(*comm, g);
-  for (int i = 0; i < n; ++i) wrong += all[i * 3] != i || all[i * 3 + 2] != i + 2;
-  std::vector<double> b(5000, r == 1 ? 2.5 : 0.0);
-  BroadcastOptions bo;
-  bo.sendbuf = bo.recvbuf = b.data();
-  bo.count = b.size();
-  bo.dtype = DataType::kFloat64;
-  bo.root = 1;
-  broadcast(*comm, bo);
-  for (double v : b) wrong += v != 2.5;
-  barrier(*comm);
+  wrong += test::checkCollectives(*comm);  // allgather, broadcast from every root, alltoall
   return wrong;
 }
 
@@ -190,27 +160,13 @@ TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
   std::string why;
   if (tcpUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
   constexpr int kRanks = 3;
-  const int port = freePort();
+  const int port = test::freePort();
   std::vector<pid_t> pids;
   for (int r = 0; r < kRanks; ++r) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      for (const char* v : {"RINGFOLD_RANK", "RINGFOLD_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK",
-                            "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
-                            "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT", "RINGFOLD_SOCKET_IFNAME",
-                            "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
-        unsetenv(v);
-      }
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("RINGFOLD_SECRET", "collectives-test-secret", 1);
-      setenv("RINGFOLD_TRANSPORT", "tcp_uring", 1);
-      setenv("RINGFOLD_START_TIMEOUT", "20", 1);
+      test::setForkedRankEnvironment(r, kRanks, r, kRanks, port);
       int code = 3;
       try {
         code = forkedRank() == 0 ? 0 : 1;

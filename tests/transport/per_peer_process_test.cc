@@ -7,10 +7,8 @@
 // backend reaches the ranks that share only the other backend with the aborting rank.
 // Each child reports one line through a pipe; every wait is bounded.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,18 +38,6 @@ bool uringUnavailable(std::string& why) {
   }
 }
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct Report {
   std::string line;
   Clock::time_point at;
@@ -76,23 +62,10 @@ class Job {
           std::string l = line + "\n";
           (void)!write(out, l.data(), l.size());
         };
-        for (const char* v : {"RINGFOLD_RANK", "RINGFOLD_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK",
-                              "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
-                              "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT", "RINGFOLD_SOCKET_IFNAME",
-                              "NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "RINGFOLD_ALGO"}) {
-          unsetenv(v);
-        }
-        setenv("RANK", std::to_string(r).c_str(), 1);
-        setenv("WORLD_SIZE", std::to_string(kRanks).c_str(), 1);
-        setenv("LOCAL_RANK", std::to_string(r % 2).c_str(), 1);
-        setenv("LOCAL_WORLD_SIZE", "2", 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-        setenv("RINGFOLD_SECRET", "per-peer-test-secret", 1);
-        setenv("RINGFOLD_TRANSPORT", "tcp_uring", 1);
+        setForkedRankEnvironment(r, kRanks, r % 2, 2, port);
+        unsetenv("RINGFOLD_ALGO");
         setenv("RINGFOLD_LOCAL_TRANSPORT", "unix", 1);
         setenv("RINGFOLD_TEST_HOST_ID", r < 2 ? "A" : "B", 1);
-        setenv("RINGFOLD_START_TIMEOUT", "20", 1);
         setenv("RINGFOLD_TIMEOUT", timeout.c_str(), 1);
         std::unique_ptr<Communicator> comm;  // lingers with its sockets open (see below)
         try {

@@ -1,14 +1,54 @@
-// Shared by the per_peer tests: one pass of allreduce (ring and direct), allgather, broadcast and
-// alltoall whose results each rank can check alone, over any communicator.
+// Shared by the per_peer tests and the forked collectives test: one pass of allreduce (ring and
+// direct), allgather, broadcast and alltoall whose results each rank can check alone, over any
+// communicator; and the environment of a forked rank started like torchrun.
 #pragma once
+
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "collectives/collectives.h"
 
 namespace ringfold::test {
+
+// A TCP port of 127.0.0.1 that was free a moment ago (for a job's store).
+inline int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// In a forked child: rank `rank` of `size` started like torchrun (store on 127.0.0.1:port, hosted
+// by rank 0), over tcp_uring, with every other launcher's variables cleared.
+inline void setForkedRankEnvironment(int rank, int size, int localRank, int localSize, int port) {
+  for (const char* v : {"RINGFOLD_RANK", "RINGFOLD_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID",
+                        "RINGFOLD_STORE_ADDR", "RINGFOLD_STORE_PORT", "RINGFOLD_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                        "HOROVOD_GLOO_IFACE"}) {
+    unsetenv(v);
+  }
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(size).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(localRank).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(localSize).c_str(), 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("RINGFOLD_SECRET", "forked-test-secret", 1);
+  setenv("RINGFOLD_TRANSPORT", "tcp_uring", 1);
+  setenv("RINGFOLD_START_TIMEOUT", "20", 1);
+}
 
 // Runs the collectives; returns how many results were wrong on this rank (and says which).
 inline int checkCollectives(Communicator& comm, size_t count = 20011) {
