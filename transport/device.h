@@ -39,6 +39,10 @@ class Store;
 
 namespace ringfold::transport {
 
+namespace liveness {
+class Monitor;
+}
+
 enum class ErrorKind : uint8_t { kIo = 0, kMismatch = 1, kInvalidArgument = 2 };
 
 // Throws the exception that `kind` names, with `message` (and `peerRank` for kIo).
@@ -76,6 +80,10 @@ class Device {
   // Called at least every ~1 ms from inside a blocking wait on this device's requests (null:
   // none). A backend that blocks in the kernel caps its blocking slices while a hook is set.
   virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
+  // Use `monitor` for WAITING notices and blame (liveness/monitor.h), shared with the other
+  // backend devices of one communicator, so notices reach every peer whatever its backend and
+  // blame follows them across backends. Before connectAll. Backends without notices ignore it.
+  virtual void shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { (void)monitor; }
 };
 
 // What a backend may need from its creator (all optional).

@@ -19,13 +19,10 @@ namespace {
 using namespace std::chrono_literals;
 
 struct FakeLinks : Links {
-  std::vector<bool> linked;
   std::vector<std::pair<int, Notice>> notices;
   std::vector<std::pair<int, std::string>> aborts;
   std::map<int, Unacknowledged> unacked;
   std::map<int, int> pids;
-  explicit FakeLinks(int size) : linked(size, true) {}
-  bool connected(int peer) const override { return linked.at(peer); }
   void sendNotice(int peer, const Notice& n) override { notices.emplace_back(peer, n); }
   void sendAbort(int peer, ErrorKind, const std::string& text) override { aborts.emplace_back(peer, text); }
   Unacknowledged unacknowledged(int peer) const override {
@@ -49,13 +46,11 @@ Notice says(uint32_t seq, int waitedOn, std::chrono::milliseconds waited = 5000m
   return n;
 }
 
+// This rank is 0 of 4; `links` reaches ranks 1 to 3.
 struct TransportLiveness : ::testing::Test {
-  FakeLinks links{4};
-  Monitor monitor{links};
-  void SetUp() override {
-    links.linked[0] = false;
-    monitor.start(0, 4);
-  }
+  FakeLinks links;
+  Monitor monitor;
+  void SetUp() override { monitor.attach(links, 0, 4, {false, true, true, true}); }
 };
 
 TEST_F(TransportLiveness, BlameFollowsNoticesThroughAChain) {
@@ -113,28 +108,62 @@ TEST_F(TransportLiveness, RanksWaitingOnEachOther) {
       << what;
 }
 
-TEST_F(TransportLiveness, AnnounceAndWithdrawReachEveryConnectedPeerNumbered) {
-  links.linked[3] = false;  // a peer of another backend: not this monitor's to tell
+TEST_F(TransportLiveness, AnnounceAndWithdrawReachEveryPeerNumbered) {
   monitor.announce(2, 1500ms);
   monitor.withdraw();
-  ASSERT_EQ(links.notices.size(), 4u);
+  ASSERT_EQ(links.notices.size(), 6u);
   EXPECT_EQ(links.notices[0].first, 1);
   EXPECT_EQ(links.notices[0].second.seq, 1u);
   EXPECT_EQ(links.notices[0].second.waitedOn, 2);
   EXPECT_EQ(links.notices[0].second.waited, 1500ms);
   EXPECT_EQ(links.notices[1].first, 2);
-  EXPECT_EQ(links.notices[2].second.seq, 2u);
-  EXPECT_EQ(links.notices[2].second.waitedOn, -1);
+  EXPECT_EQ(links.notices[3].second.seq, 2u);
+  EXPECT_EQ(links.notices[3].second.waitedOn, -1);
+}
+
+// One monitor shared by two backends (a composite device's children): rank 0 reaches rank 1
+// through `local` and ranks 2, 3 through `remote`. Notices go out through each peer's backend,
+// blame follows a notice that came on one backend to a rank reached by the other, and each
+// backend aborts on its own.
+TEST(TransportLivenessShared, NoticesAndBlameCrossBackends) {
+  FakeLinks local, remote;
+  Monitor monitor;
+  monitor.attach(local, 0, 4, {false, true, false, false});
+  monitor.attach(remote, 0, 4, {false, false, true, true});
+  monitor.announce(1, 2000ms);
+  ASSERT_EQ(local.notices.size(), 1u);
+  EXPECT_EQ(local.notices[0].first, 1);
+  ASSERT_EQ(remote.notices.size(), 2u);
+  EXPECT_EQ(remote.notices[0].first, 2);
+  EXPECT_EQ(remote.notices[1].first, 3);
+  monitor.onNotice(1, says(1, 3, 6000ms, 5000ms));  // arrived over `local`, names a `remote` rank
+  remote.pids[3] = 0;
+  remote.unacked[3] = {true, 3, 7000ms};
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 3);
+  EXPECT_EQ(what.rfind("rank 1 is alive but said it had waited 6.0 s for rank 3; rank 3 sent nothing for 5.0 s", 0),
+            0u)
+      << what;
+  EXPECT_NE(what.find("its host has acknowledged nothing this rank sent for 7.0 s (3 retransmissions)"),
+            std::string::npos)
+      << what;
+  ASSERT_NE(monitor.abort(local, ErrorKind::kIo, "local gave up"), nullptr);
+  EXPECT_EQ(local.aborts.size(), 1u);
+  EXPECT_TRUE(remote.aborts.empty());
+  EXPECT_TRUE(monitor.aborted(local));
+  EXPECT_FALSE(monitor.aborted(remote));
+  EXPECT_NE(monitor.onAbort(2, ErrorKind::kIo, "remote's peer gave up"), nullptr);
+  EXPECT_TRUE(monitor.aborted(remote));
 }
 
 TEST_F(TransportLiveness, TheFirstAbortWins) {
-  std::exception_ptr mine = monitor.abort(ErrorKind::kMismatch, "ranks disagree");
+  std::exception_ptr mine = monitor.abort(links, ErrorKind::kMismatch, "ranks disagree");
   ASSERT_NE(mine, nullptr);
-  EXPECT_TRUE(monitor.aborted());
+  EXPECT_TRUE(monitor.aborted(links));
   EXPECT_EQ(links.aborts.size(), 3u);
   EXPECT_THROW(std::rethrow_exception(mine), MismatchError);
   EXPECT_EQ(monitor.onAbort(2, ErrorKind::kIo, "late"), nullptr);
-  EXPECT_EQ(monitor.abort(ErrorKind::kIo, "again"), nullptr);
+  EXPECT_EQ(monitor.abort(links, ErrorKind::kIo, "again"), nullptr);
   EXPECT_EQ(links.aborts.size(), 3u);
 }
 

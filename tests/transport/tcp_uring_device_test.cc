@@ -7,6 +7,7 @@
 
 #include "tcp_test_util.h"
 #include "rendezvous/hash_store.h"
+#include "transport/liveness/monitor.h"
 #include "transport/memory_region.h"
 
 namespace ringfold::test {
@@ -48,6 +49,45 @@ TEST(TcpUringDevice, ConnectsOnlyTheSelectedPeers) {
         send->wait(20s);
         recv->wait(20s);
         EXPECT_EQ(firstWrong(in, partner, in.size()), -1);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  expectAllOk(errors);
+}
+
+// Two devices per rank, as a composite device holds them: unix_uring between ranks 0 and 1,
+// tcp_uring to and from rank 2, sharing one liveness monitor that then reaches every peer.
+TEST(TcpUringDevice, DevicesShareOneLivenessMonitor) {
+  EnvGuard env;
+  rendezvous::HashStore store;
+  constexpr int kSize = 3;
+  std::vector<std::exception_ptr> errors(kSize);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kSize; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto monitor = std::make_shared<transport::liveness::Monitor>();
+        auto local = transport::createDevice("unix_uring");
+        auto remote = transport::createDevice("tcp_uring");
+        local->shareLiveness(monitor);
+        remote->shareLiveness(monitor);
+        transport::ConnectSpec spec;
+        spec.store = &store;
+        spec.rank = r;
+        spec.size = kSize;
+        spec.timeout = 20s;
+        spec.prefix = "shared/unix";
+        for (int p = 0; p < kSize; ++p) spec.peers.push_back(p < 2 && r < 2);
+        auto viaLocal = local->connectAll(spec);
+        spec.prefix = "shared/tcp";
+        for (int p = 0; p < kSize; ++p) spec.peers[p] = p == 2 || r == 2;
+        auto viaRemote = remote->connectAll(spec);
+        for (int p = 0; p < kSize; ++p) EXPECT_EQ(monitor->connected(p), p != r) << "rank " << r << " peer " << p;
+        EXPECT_EQ(viaLocal[1 - r % 2] != nullptr, r < 2);
+        EXPECT_THROW(remote->shareLiveness(monitor), Error);  // after connectAll: too late
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -14,11 +14,35 @@ std::string seconds(Clock::duration d) {
   return buf;
 }
 
-void Monitor::start(int rank, int size) {
-  rank_ = rank;
-  peers_.assign(size, Peer{});
+void Monitor::attach(Links& links, int rank, int size, const std::vector<bool>& peers) {
+  if (peers_.empty()) {
+    rank_ = rank;
+    peers_.assign(size, Peer{});
+  }
+  RF_ENFORCE(rank == rank_ && size == this->size(), "liveness monitor shared by rank ", rank_, " of ", this->size(),
+             " and rank ", rank, " of ", size);
+  if (abortedFlag(links) == nullptr) aborted_.emplace_back(&links, false);
   const Clock::time_point now = Clock::now();
-  for (Peer& p : peers_) p.lastHeard = now;
+  for (int p = 0; p < size && p < static_cast<int>(peers.size()); ++p) {
+    if (!peers[p] || p == rank) continue;
+    RF_ENFORCE(peers_[p].via == nullptr || peers_[p].via == &links, "rank ", p, " is attached by two backends");
+    peers_[p].via = &links;
+    peers_[p].lastHeard = now;
+  }
+}
+
+bool* Monitor::abortedFlag(const Links& by) {
+  for (auto& [links, aborted] : aborted_) {
+    if (links == &by) return &aborted;
+  }
+  return nullptr;
+}
+
+bool Monitor::aborted(const Links& by) const {
+  for (const auto& [links, aborted] : aborted_) {
+    if (links == &by) return aborted;
+  }
+  return false;
 }
 
 void Monitor::onNotice(int peer, const Notice& n) {
@@ -42,29 +66,35 @@ std::exception_ptr errorOf(ErrorKind kind, int peer, const std::string& text) {
 }  // namespace
 
 std::exception_ptr Monitor::onAbort(int peer, ErrorKind kind, const std::string& text) {
-  if (aborted_) return nullptr;  // the first abort wins
-  aborted_ = true;
+  bool* aborted = connected(peer) ? abortedFlag(*peers_[peer].via) : nullptr;
+  if (aborted == nullptr || *aborted) return nullptr;  // the first abort wins
+  *aborted = true;
   return errorOf(kind, peer, text);
 }
 
-std::exception_ptr Monitor::abort(ErrorKind kind, const std::string& text) {
-  if (aborted_) return nullptr;
-  aborted_ = true;
-  for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
-    if (p != rank_ && links_.connected(p)) links_.sendAbort(p, kind, text);
+std::exception_ptr Monitor::abort(const Links& by, ErrorKind kind, const std::string& text) {
+  bool* aborted = abortedFlag(by);
+  if (aborted == nullptr) {  // not attached (yet): nobody to tell, but aborted all the same
+    aborted_.emplace_back(&by, false);
+    aborted = &aborted_.back().second;
+  }
+  if (*aborted) return nullptr;
+  *aborted = true;
+  for (Peer& p : peers_) {
+    if (p.via == &by) p.via->sendAbort(static_cast<int>(&p - peers_.data()), kind, text);
   }
   return errorOf(kind, -1, text);
 }
 
 void Monitor::sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent) {
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
-    if (p == rank_ || !links_.connected(p)) continue;
+    if (!connected(p)) continue;
     Notice n;
     n.seq = ++peers_[p].sent;
     n.waitedOn = waitedOn;
     n.waited = waited;
     n.silent = silent;
-    links_.sendNotice(p, n);
+    peers_[p].via->sendNotice(p, n);
   }
 }
 
@@ -108,9 +138,9 @@ int Monitor::blame(int peer, std::string& what) const {
 bool Monitor::othersUnacknowledged(int except) const {
   int others = 0;
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
-    if (p == rank_ || p == except || !links_.connected(p)) continue;
+    if (p == except || !connected(p)) continue;
     ++others;
-    if (!links_.unacknowledged(p).any) return false;
+    if (!peers_[p].via->unacknowledged(p).any) return false;
   }
   return others > 0;
 }
@@ -132,10 +162,10 @@ std::string Monitor::silence(int at, int via) const {
     out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
                          " last received anything from rank ", at, ")");
   }
-  const bool linked = links_.connected(at);
+  const bool linked = connected(at);
   // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
   // means the network, or the host, is down (and then perhaps this rank's own link).
-  const Unacknowledged gone = linked ? links_.unacknowledged(at) : Unacknowledged{};
+  const Unacknowledged gone = linked ? peer.via->unacknowledged(at) : Unacknowledged{};
   if (gone.any) {
     if (othersUnacknowledged(at)) {
       out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
@@ -147,7 +177,7 @@ std::string Monitor::silence(int at, int via) const {
                             " is down, or its host is");
     }
   }
-  const int pid = linked ? links_.pid(at) : 0;
+  const int pid = linked ? peer.via->pid(at) : 0;
   switch (processState(pid)) {
     case ProcessState::kStopped:
       out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");

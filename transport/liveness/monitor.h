@@ -16,11 +16,18 @@
 //             (heard), by whichever rank waited on it, and the kernel's view is added: data its
 //             host never acknowledged (a network or host failure, perhaps this rank's own link),
 //             and whether its process is stopped or gone where this rank can look.
-//   abort   : the first abort wins, local (abort: every connected peer is sent an ABORT) or a
-//             peer's (onAbort); either returns the error every request then fails with.
+//   abort   : per backend device, the first abort wins, local (abort: every peer of that device
+//             is sent an ABORT) or a peer's (onAbort); either returns the error every request of
+//             that device then fails with. (A composite device spreads one child's abort to the
+//             others itself.)
+//   sharing : one Monitor may serve several backend devices of one communicator (a composite
+//             device gives each child the same one, Device::shareLiveness): each attaches the
+//             peers it reaches with its own Links, notices go to every peer whatever its backend,
+//             and blame follows notices across backends.
 //
 // Contract: the backend implements Links (sending notices and aborts in its own encoding, and
-// its kernel's view of a peer) and calls heard/onMessage/onNotice/onAbort as frames arrive.
+// its kernel's view of a peer), attaches its peers, and calls heard/onMessage/onNotice/onAbort
+// as frames arrive.
 // heard() and onMessage() are inline and allocate nothing (they run per received frame). Not
 // thread-safe: the thread driving the device calls everything. Message texts are relied on by
 // tests and by ringfoldrun's summary (which blames the last rank an error names).
@@ -54,11 +61,10 @@ struct Unacknowledged {
   std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
 };
 
-// What a backend provides to the monitor, per peer rank.
+// What a backend provides to the monitor, for the peer ranks it attached.
 class Links {
  public:
   virtual ~Links() = default;
-  virtual bool connected(int peer) const = 0;
   // Best effort (skipped when the link cannot take it now). The backend fills in
   // notice.firstLaterMessage.
   virtual void sendNotice(int peer, const Notice& notice) = 0;
@@ -71,9 +77,11 @@ class Links {
 
 class Monitor {
  public:
-  explicit Monitor(Links& links) : links_(links) {}
-  // Sizes the tables once the device knows its rank and size; every peer counts as heard now.
-  void start(int rank, int size);
+  // A backend device reaches the ranks `peers` marks (by rank) through `links`. The first call
+  // sizes the tables; the peers attached count as heard now. Every call gives the same rank and
+  // size, and attaches other peers.
+  void attach(Links& links, int rank, int size, const std::vector<bool>& peers);
+  bool connected(int peer) const { return peer >= 0 && peer < size() && peers_[peer].via != nullptr; }
 
   // ---- as frames arrive (backend) ----
   void heard(int peer) {
@@ -91,9 +99,9 @@ class Monitor {
   std::exception_ptr onAbort(int peer, ErrorKind kind, const std::string& text);
 
   // ---- this rank ----
-  // Sends every connected peer an ABORT and returns the error; null if already aborted.
-  std::exception_ptr abort(ErrorKind kind, const std::string& text);
-  bool aborted() const { return aborted_; }
+  // Sends every peer of `by` an ABORT and returns the error; null if `by` already aborted.
+  std::exception_ptr abort(const Links& by, ErrorKind kind, const std::string& text);
+  bool aborted(const Links& by) const;
   // This rank has waited `waited` for `waitedOn`: tells every connected peer (once per wait).
   void announce(int waitedOn, std::chrono::milliseconds waited);
   // The wait announced is over: withdraws the notice (a stale one would misdirect blame).
@@ -118,6 +126,7 @@ class Monitor {
 
  private:
   struct Peer {
+    Links* via = nullptr;  // the backend that reaches it; null: none attached
     Clock::time_point lastHeard{};
     bool heardAny = false;
     Received notice;
@@ -126,11 +135,12 @@ class Monitor {
   };
   void sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
   std::string silence(int at, int via) const;
+  int size() const { return static_cast<int>(peers_.size()); }
+  bool* abortedFlag(const Links& by);
 
-  Links& links_;
   int rank_ = -1;
   std::vector<Peer> peers_;
-  bool aborted_ = false;
+  std::vector<std::pair<const Links*, bool>> aborted_;  // per attached backend
 };
 
 // "2.5" for 2.5 s: durations in error messages.

@@ -38,19 +38,25 @@ void checkRange(const MemoryRegion& region, size_t offset, size_t length, const 
 }
 }  // namespace
 
-std::unique_ptr<Request> TcpConnection::isend(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
-                                              uint64_t check) {
-  checkRange(region, offset, length, "isend");
+std::unique_ptr<TcpRequest> TcpConnection::start(const MemoryRegion& region, size_t offset, size_t length,
+                                                 uint64_t tag, uint64_t check, bool isSend) {
+  checkRange(region, offset, length, isSend ? "isend" : "irecv");
   if (device_->poisoned()) device_->throwPoison();
   auto req = std::make_unique<TcpRequest>(device_);
   RequestState& r = req->state();
-  r.isSend = true;
+  r.isSend = isSend;
   r.peer = link_;
   r.data = static_cast<std::byte*>(region.data()) + offset;
   r.length = length;
   r.tag = tag;
   r.check = check;
-  link_->postSend(r);
+  return req;
+}
+
+std::unique_ptr<Request> TcpConnection::isend(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                              uint64_t check) {
+  auto req = start(region, offset, length, tag, check, true);
+  link_->postSend(req->state());
   if (device_->poisoned()) device_->throwPoison();
   device_->uring().submit();
   return req;
@@ -58,16 +64,8 @@ std::unique_ptr<Request> TcpConnection::isend(const MemoryRegion& region, size_t
 
 std::unique_ptr<Request> TcpConnection::irecv(MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
                                               uint64_t check) {
-  checkRange(region, offset, length, "irecv");
-  if (device_->poisoned()) device_->throwPoison();
-  auto req = std::make_unique<TcpRequest>(device_);
-  RequestState& r = req->state();
-  r.peer = link_;
-  r.data = static_cast<std::byte*>(region.data()) + offset;
-  r.length = length;
-  r.tag = tag;
-  r.check = check;
-  link_->postRecv(r);
+  auto req = start(region, offset, length, tag, check, false);
+  link_->postRecv(req->state());
   if (device_->poisoned()) device_->throwPoison();
   return req;
 }

@@ -54,6 +54,10 @@ class TcpConnection final : public Connection {
                                  uint64_t check) override;
 
  private:
+  // A request for `length` bytes at `offset` of `region`, checked and filled in, not yet posted.
+  std::unique_ptr<TcpRequest> start(const MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                    uint64_t check, bool isSend);
+
   std::shared_ptr<DeviceState> device_;
   PeerLink* link_;
   int peerRank_;

@@ -38,6 +38,7 @@ class TcpDevice final : public Device {
   std::exception_ptr abortReason() const override { return state_->poisonError(); }
   void progress() override { state_->progress(); }
   void setWaitHook(std::function<void()> hook) override { state_->setWaitHook(std::move(hook)); }
+  void shareLiveness(std::shared_ptr<liveness::Monitor> monitor) override { state_->shareMonitor(std::move(monitor)); }
 
  private:
   std::shared_ptr<DeviceState> state_;

@@ -77,7 +77,6 @@ std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
   RF_ENFORCE(!closed_, "the device was destroyed");
   connected_ = true;
   rank_ = rank;
-  monitor_.start(rank, size);
   MeshOptions o;
   o.prefix = spec.prefix;
   o.rank = rank;
@@ -111,6 +110,9 @@ std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
     for (size_t i = 0; i < peers_[p]->socketCount(); ++i) sockets_[first + i].peer = peers_[p].get();
     links[p] = peers_[p].get();
   }
+  std::vector<bool> linked(size, false);
+  for (int p = 0; p < size; ++p) linked[p] = peers_[p] != nullptr;
+  monitor_->attach(*this, rank, size, linked);
   for (auto& p : peers_) {
     if (p) p->start();
   }
@@ -138,7 +140,7 @@ unsigned DeviceState::progress() {
 }
 
 void DeviceState::withdrawNotice() {
-  monitor_.withdraw();
+  monitor_->withdraw();
   uring_->submit();
 }
 
@@ -173,7 +175,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
     if (got) continue;
     if (now >= deadline) break;
     if (now >= noticeAt) {
-      monitor_.announce(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
+      monitor_->announce(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
       uring_->submit();
       announced = true;
       noticeAt = Clock::time_point::max();
@@ -197,7 +199,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
                                     r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
                                     r.isSend ? "to" : "from", " rank ", peer, ": ");
-  const int culprit = monitor_.blame(peer, what);
+  const int culprit = monitor_->blame(peer, what);
   // Name the setting only when it is the limit that ran out: a caller may pass its own (the
   // benches' -T, a test's communicator timeout).
   what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
@@ -206,8 +208,11 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
   throwPoison();
 }
 
-bool DeviceState::connected(int peer) const {
-  return peer >= 0 && peer < static_cast<int>(peers_.size()) && peers_[peer] != nullptr;
+void DeviceState::shareMonitor(std::shared_ptr<liveness::Monitor> monitor) {
+  RF_ENFORCE(!connected_, "shareLiveness() must come before connectAll()");
+  RF_ENFORCE(monitor != nullptr, "shareLiveness(): no monitor");
+  monitorOwner_ = std::move(monitor);
+  monitor_ = monitorOwner_.get();
 }
 
 void DeviceState::sendNotice(int peer, const liveness::Notice& notice) { peers_[peer]->queueWaiting(notice); }
@@ -294,10 +299,10 @@ void DeviceState::abandon(RequestState& r) noexcept {
 }
 
 void DeviceState::abort(ErrorKind kind, const std::string& message) {
-  if (monitor_.aborted() || closed_) return;
+  if (monitor_->aborted(*this) || closed_) return;
   RF_LOG(kDebug) << "aborting: " << message;
   if (poisoned()) settle();  // ops drained; ABORT goes on streams still at a frame boundary
-  std::exception_ptr error = monitor_.abort(kind, message);  // queues an ABORT to every peer
+  std::exception_ptr error = monitor_->abort(*this, kind, message);  // queues an ABORT to every peer
   uring_->submit();
   auto budget = std::min<std::chrono::milliseconds>(tuning_.timeout, std::chrono::milliseconds(2000));
   drainUntilIdle(budget, &DeviceState::abortsSent);
@@ -307,7 +312,7 @@ void DeviceState::abort(ErrorKind kind, const std::string& message) {
 }
 
 void DeviceState::onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept {
-  if (std::exception_ptr error = monitor_.onAbort(peer, kind, message)) poison(error);  // the first abort wins
+  if (std::exception_ptr error = monitor_->onAbort(peer, kind, message)) poison(error);  // the first abort wins
 }
 
 void DeviceState::shutdown() noexcept {

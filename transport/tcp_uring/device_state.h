@@ -69,7 +69,10 @@ class DeviceState final : private liveness::Links {
   BufferPool& buffers() { return buffers_; }
   ObjectPool<OutFrame>& frames() { return frames_; }
   ObjectPool<Inbound>& inbounds() { return inbounds_; }
-  liveness::Monitor& monitor() { return monitor_; }
+  liveness::Monitor& monitor() { return *monitor_; }
+  // Use `monitor` (shared with the other backend devices of a composite) instead of this
+  // device's own; before connect().
+  void shareMonitor(std::shared_ptr<liveness::Monitor> monitor);
 
   // Submits queued ops, handles every ready completion, and submits again what the handlers
   // queued if any of it is urgent (see markUrgent); never blocks. Returns how many completions.
@@ -84,7 +87,7 @@ class DeviceState final : private liveness::Links {
   const std::exception_ptr& poisonError() const { return poison_; }
   // Called from wait() between blocking slices of at most 200 us while set.
   void setWaitHook(std::function<void()> hook) { hook_ = std::move(hook); }
-  bool aborted() const { return monitor_.aborted(); }
+  bool aborted() const { return monitor_->aborted(*this); }
   // Records the first failure; callable from inside completion handlers (it only queues
   // cancellations). Later calls are ignored.
   void poison(std::exception_ptr error) noexcept;
@@ -110,7 +113,6 @@ class DeviceState final : private liveness::Links {
   bool idleWithNotifications() const;
   void withdrawNotice();
   // liveness::Links, for monitor_.
-  bool connected(int peer) const override;
   void sendNotice(int peer, const liveness::Notice& notice) override;
   void sendAbort(int peer, ErrorKind kind, const std::string& text) override;
   liveness::Unacknowledged unacknowledged(int peer) const override;
@@ -135,7 +137,8 @@ class DeviceState final : private liveness::Links {
   bool closed_ = false;
   bool urgent_ = false;
   std::function<void()> hook_;
-  liveness::Monitor monitor_{*this};
+  std::shared_ptr<liveness::Monitor> monitorOwner_ = std::make_shared<liveness::Monitor>();
+  liveness::Monitor* monitor_ = monitorOwner_.get();
 };
 
 }  // namespace ringfold::transport::tcp_uring
