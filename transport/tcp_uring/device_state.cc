@@ -117,10 +117,11 @@ std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
     if (p) p->start();
   }
   uring_->submit();
-  RF_LOG(kDebug) << "connected to " << connected << " peers, "
-                 << (o.family == Family::kUnix ? std::string("one Unix socket")
-                                               : detail::concat(tuning_.socketsPerPeer, " TCP sockets"))
-                 << " to each, io_uring " << uring_->setupName();
+  // The words of the mesh that used to choose Unix or TCP per peer (tests/netns reads them); a
+  // composite device logs its total the same way.
+  RF_LOG(kDebug) << "connected to " << connected << " peers (" << (o.family == Family::kUnix ? connected : 0)
+                 << " on this host over Unix sockets), " << tuning_.socketsPerPeer
+                 << " TCP sockets to each other peer, one Unix socket to a local one, io_uring " << uring_->setupName();
   return links;
 }
 
