@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "transport/liveness/monitor.h"
 #include "transport/per_peer/connection.h"
 
 namespace ringfold::transport::per_peer {
@@ -69,8 +70,12 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
     return mine;
   };
   std::vector<Child> children;
+  // One liveness monitor for every child: WAITING notices reach every peer whatever its backend,
+  // and blame follows them across backends.
+  auto monitor = std::make_shared<liveness::Monitor>();
   auto connectChild = [&](const std::string& label, const std::vector<bool>& mine) {
     Child c{label, factory(label), {}};
+    c.device->shareLiveness(monitor);
     c.peers = c.device->connectAll(childSpec(spec, label, mine, deadline));
     RF_ENFORCE_EQ(c.peers.size(), static_cast<size_t>(spec.size), label, " returned a wrong table");
     return c;
