@@ -30,17 +30,6 @@ using namespace std::chrono_literals;
 const std::vector<size_t> kCounts = {0, 1, 7, 4097, 40001};
 const std::vector<size_t> kBlockCounts = {0, 1, 7, 1025, 5001};
 
-// Skips (with the reason) when io_uring cannot run here.
-bool tcpUnavailable(std::string& why) {
-  try {
-    transport::createDevice("tcp_uring");
-    return false;
-  } catch (const std::exception& e) {
-    why = e.what();
-    return true;
-  }
-}
-
 // Odd rank counts run with 2 sockets per peer and a 16 KiB stripe threshold, so that striped
 // messages pass through every collective; even ones with 1 socket (the loopback default).
 test::EnvGuard socketsFor(int ranks) {
@@ -58,7 +47,7 @@ class TcpThreads : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     std::string why;
-    if (tcpUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
+    if (test::uringUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
   }
 };
 
@@ -158,7 +147,7 @@ int forkedRank() {
 
 TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
   std::string why;
-  if (tcpUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
+  if (test::uringUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
   constexpr int kRanks = 3;
   const int port = test::freePort();
   std::vector<pid_t> pids;

@@ -28,16 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kRanks = 4;
 
-bool uringUnavailable(std::string& why) {
-  try {
-    transport::createDevice("tcp_uring");
-    return false;
-  } catch (const std::exception& e) {
-    why = e.what();
-    return true;
-  }
-}
-
 struct Report {
   std::string line;
   Clock::time_point at;

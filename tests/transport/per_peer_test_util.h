@@ -14,8 +14,20 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "transport/device.h"
 
 namespace ringfold::test {
+
+// True (with the reason in `why`) when io_uring cannot run here: tests of tcp_uring skip.
+inline bool uringUnavailable(std::string& why) {
+  try {
+    transport::createDevice("tcp_uring");
+    return false;
+  } catch (const std::exception& e) {
+    why = e.what();
+    return true;
+  }
+}
 
 // A TCP port of 127.0.0.1 that was free a moment ago (for a job's store).
 inline int freePort() {
