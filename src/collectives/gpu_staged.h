@@ -17,6 +17,9 @@
 //   * Errors: a CUDA failure throws ringfold::Error naming the call; a peer failure throws what
 //     the host collective throws. After a failure the staging buffers stay usable.
 //   * One GpuStaging per device, used by one thread at a time (the engine's background thread).
+//   * Layering: the engine calls this, this calls the host collectives (which reach the
+//     transport) and kernels/' host API (CudaReducer, DeviceBuffer) for the device work; the
+//     folding reducer is passed to the host allreduce per call (AllreduceOptions::reducer).
 #pragma once
 
 #include <cuda_runtime_api.h>

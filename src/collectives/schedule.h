@@ -61,11 +61,12 @@ struct OwnSend {
   bool stage = true;
 };
 
+// A lane: `units` units, folded in order; receives of unit u use slots (u % window) * group ...
 struct Lane {
   size_t units = 0;
   size_t window = 1;      // units posted ahead of the fold (and receive slots, with `group`)
   size_t group = 1;       // receives per unit
-  size_t slotElems = 1;   // elements per receive slot
+  size_t slotElems = 1;   // elements per receive slot (0: the lane receives into recvbuf only)
 };
 
 // Pipelining parameters of a schedule (why each value: see the schedule that sets it).
@@ -75,6 +76,11 @@ struct Pacing {
   bool receivesFirst = false;  // post the first receives before the first own sends
 };
 
+// Contract: a schedule describes one rank's part of one call (or one round of it) and is
+// immutable once built; every method is pure and cheap (the executor calls unit() when it posts
+// a unit's receives and again when it folds it). 1 or 2 lanes; a gate of kForward names a unit
+// of lane 0. Every rank's sends must pair, in order per (peer, tag), with its peers' receives,
+// with equal ranges (tests/collectives/schedules_test.cc checks this for every schedule).
 class Schedule {
  public:
   virtual ~Schedule() = default;
