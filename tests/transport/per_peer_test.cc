@@ -89,9 +89,34 @@ TEST(PerPeerSelector, ExchangeThroughTheStore) {
   }
 }
 
-// Ranks as threads; rank r's pretend host is hosts[r]; each backend is a loopback device.
+// A loopback device that leaves out the pair {0, 1} (as unix_uring leaves out a peer whose Unix
+// connect was refused: both ends return null for it).
+class RefusingDevice final : public transport::Device {
+ public:
+  const char* name() const override { return inner_->name(); }
+  using transport::Device::connectAll;
+  std::vector<std::unique_ptr<transport::Connection>> connectAll(const transport::ConnectSpec& spec) override {
+    auto out = inner_->connectAll(spec);
+    if (spec.rank <= 1 && out.size() > 1) out[1 - spec.rank].reset();
+    return out;
+  }
+  std::unique_ptr<transport::MemoryRegion> registerMemory(void* d, size_t n) override {
+    return inner_->registerMemory(d, n);
+  }
+  void abort(transport::ErrorKind k, const std::string& m) override { inner_->abort(k, m); }
+  bool aborted() const override { return inner_->aborted(); }
+  std::exception_ptr abortReason() const override { return inner_->abortReason(); }
+  void progress() override { inner_->progress(); }
+  void setWaitHook(std::function<void()> hook) override { inner_->setWaitHook(std::move(hook)); }
+
+ private:
+  std::unique_ptr<transport::Device> inner_ = transport::loopback::createDevice();
+};
+
+// Ranks as threads; rank r's pretend host is hosts[r]; each backend is a loopback device (the
+// near one a RefusingDevice when `refuse`).
 std::vector<std::exception_ptr> runHosts(const std::vector<std::string>& hosts,
-                                         const std::function<void(Communicator&)>& body) {
+                                         const std::function<void(Communicator&)>& body, bool refuse = false) {
   rendezvous::HashStore store;
   const int n = static_cast<int>(hosts.size());
   std::vector<std::exception_ptr> errors(n);
@@ -103,7 +128,12 @@ std::vector<std::exception_ptr> runHosts(const std::vector<std::string>& hosts,
       try {
         transport::ConnectSpec spec{&store, "pp", r, n, 10s, {}};
         auto c = transport::per_peer::connect(
-            spec, kNearFar, [](const std::string&) { return transport::loopback::createDevice(); }, hosts[r]);
+            spec, kNearFar,
+            [refuse](const std::string& backend) -> std::unique_ptr<transport::Device> {
+              if (refuse && backend == "near") return std::make_unique<RefusingDevice>();
+              return transport::loopback::createDevice();
+            },
+            hosts[r]);
         comms[r] = std::make_unique<Communicator>(r, n, std::move(c.device), std::move(c.peers), makeCpuReducer());
         comms[r]->setTimeout(10s);
         comms[r]->setSegmentBytes(4096);
@@ -138,6 +168,37 @@ TEST(PerPeerDevice, OneBackendIsNotWrapped) {
   });
   expectAllOk(errors);
   for (const auto& name : names) EXPECT_EQ(name, "loopback");
+}
+
+// Ranks 0 and 1 share a host but near leaves their pair out: both join it through far instead,
+// and every collective still works. Rank 0 and 1 now reach each other only through far.
+TEST(PerPeerDevice, PeerLeftOutByTheLocalBackendGoesRemote) {
+  std::vector<std::string> names(4);
+  auto errors = runHosts(
+      {"A", "A", "A", "B"},
+      [&](Communicator& comm) {
+        names[comm.rank()] = comm.device().name();
+        EXPECT_EQ(checkCollectives(comm, 4099), 0) << "rank " << comm.rank();
+      },
+      true);
+  expectAllOk(errors);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(names[r], r == 3 ? "loopback" : "per_peer(near+far)") << "rank " << r;
+}
+
+// All on one host, near leaving {0, 1} out: ranks 0 and 1 use both backends, rank 2 only near.
+TEST(PerPeerDevice, LeftOutPeersOnOneHost) {
+  std::vector<std::string> names(3);
+  auto errors = runHosts(
+      {"A", "A", "A"},
+      [&](Communicator& comm) {
+        names[comm.rank()] = comm.device().name();
+        EXPECT_EQ(checkCollectives(comm, 999), 0) << "rank " << comm.rank();
+      },
+      true);
+  expectAllOk(errors);
+  EXPECT_EQ(names[0], "per_peer(near+far)");
+  EXPECT_EQ(names[1], "per_peer(near+far)");
+  EXPECT_EQ(names[2], "loopback");
 }
 
 TEST(PerPeerDevice, OneErrorOnEveryRank) {
