@@ -62,24 +62,21 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual const char* name() const = 0;
-  // Default: the 5-argument form when spec.peers is empty, InvalidArgument otherwise.
-  virtual std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec);
-  // Builds a ConnectSpec for every peer. (Virtual only until loopback overrides the spec form.)
-  virtual std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store,
-                                                              const std::string& prefix, int rank,
-                                                              int size,
-                                                              std::chrono::milliseconds timeout);
+  virtual std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec) = 0;
+  // Every peer: builds the ConnectSpec (a backend declares `using Device::connectAll;`).
+  std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store, const std::string& prefix,
+                                                      int rank, int size, std::chrono::milliseconds timeout);
   virtual std::unique_ptr<MemoryRegion> registerMemory(void* data, size_t size) = 0;
   virtual void abort(ErrorKind kind, const std::string& message) = 0;
   // True once abort() was called here or by a peer.
   virtual bool aborted() const = 0;
   // The error pending and later requests fail with; null while the device works.
-  virtual std::exception_ptr abortReason() const { return nullptr; }
+  virtual std::exception_ptr abortReason() const = 0;
   // Drives this device's progress once without blocking.
-  virtual void progress() {}
+  virtual void progress() = 0;
   // Called at least every ~1 ms from inside a blocking wait on this device's requests (null:
   // none). A backend that blocks in the kernel caps its blocking slices while a hook is set.
-  virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
+  virtual void setWaitHook(std::function<void()> hook) = 0;
   // Use `monitor` for WAITING notices and blame (liveness/monitor.h), shared with the other
   // backend devices of one communicator, so notices reach every peer whatever its backend and
   // blame follows them across backends. Before connectAll. Backends without notices ignore it.

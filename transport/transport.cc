@@ -32,12 +32,6 @@ void throwError(ErrorKind kind, int peerRank, const std::string& message) {
   throw IoError(peerRank, message);
 }
 
-std::vector<std::unique_ptr<Connection>> Device::connectAll(const ConnectSpec& spec) {
-  RF_ENFORCE(spec.store != nullptr, "connectAll: no store");
-  if (!spec.peers.empty()) RF_THROW(InvalidArgument, "backend ", name(), " cannot connect a subset of peers");
-  return connectAll(*spec.store, spec.prefix, spec.rank, spec.size, spec.timeout);
-}
-
 std::vector<std::unique_ptr<Connection>> Device::connectAll(rendezvous::Store& store, const std::string& prefix,
                                                             int rank, int size, std::chrono::milliseconds timeout) {
   ConnectSpec spec;
