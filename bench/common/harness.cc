@@ -145,7 +145,7 @@ void Runner::printDevices() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   const auto boot = rendezvous::bootstrapFromEnvironment();
-  const std::string name = std::string("cpu ") + comm_.device().name();
+  const std::string name = std::string("cpu ") + comm_.transportName();
   std::string line = deviceLine(rank_, 0, static_cast<int>(getpid()), host, boot.localRank,
                                 "0000:00:00", name);
   std::vector<char> mine(kDeviceLineBytes, '\0');

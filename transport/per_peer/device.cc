@@ -101,9 +101,15 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
     children.push_back(connectChild(policy.remote, remote));
   }
   for (int p = 0; p < spec.size; ++p) {
-    if (p != spec.rank) RF_LOG(kDebug) << "rank " << p << " through " << backendOf[p];
+    if (p != spec.rank) {
+      RF_LOG(kDebug) << "rank " << p << " through " << backendOf[p];
+    }
   }
   if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers)};
+  // The words a single tcp_uring mesh used for its total (tests/netns reads them).
+  const auto overUnix = std::count(backendOf.begin(), backendOf.end(), std::string("unix_uring"));
+  RF_LOG(kDebug) << "connected to " << spec.size - 1 << " peers (" << overUnix
+                 << " on this host over Unix sockets) through " << children.size() << " backends";
   auto device = std::make_unique<Device>(std::move(children));
   auto peers = device->takeConnections();
   return {std::move(device), std::move(peers)};
