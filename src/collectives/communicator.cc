@@ -151,12 +151,6 @@ void Communicator::setTuning(CollectiveTuning tuning) {
   tuning_ = std::move(tuning);
 }
 
-std::unique_ptr<Reducer> Communicator::setReducer(std::unique_ptr<Reducer> reducer) {
-  RF_ENFORCE(reducer != nullptr, "setReducer needs a reducer");
-  std::swap(reducer, reducer_);
-  return reducer;
-}
-
 void Communicator::setStore(std::shared_ptr<rendezvous::Store> store, std::string prefix) {
   store_ = std::move(store);
   storePrefix_ = std::move(prefix);

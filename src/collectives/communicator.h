@@ -84,9 +84,8 @@ class Communicator {
   // (whatever device() is: unix_uring, tcp_uring or both), else device().name(). Names that
   // users see (timeline activities) use this, so they do not depend on where the peers run.
   std::string transportName() const { return perPeer_ ? "tcp_uring" : device_->name(); }
+  // The default reducer (CPU), for collectives whose Options name none.
   Reducer& reducer() { return *reducer_; }
-  // Replaces the reducer (e.g. with one that wraps it for tracing); returns the previous one.
-  std::unique_ptr<Reducer> setReducer(std::unique_ptr<Reducer> reducer);
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds t) { timeout_ = t; }
   size_t segmentBytes() const { return segmentBytes_; }

@@ -9,7 +9,6 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
-#include "engine/traced_reducer.h"
 #include "rendezvous/bootstrap.h"
 
 namespace ringfold::engine {
@@ -91,7 +90,6 @@ Engine::Engine(std::unique_ptr<Communicator> world, EngineOptions options, HostL
   std::vector<int> everyone(size_);
   for (int r = 0; r < size_; ++r) everyone[r] = r;
   Communicator& global = *world;
-  TracedReducer::install(global, timeline_);
   sets_.push_back(std::make_unique<ProcessSet>(0, everyone, std::move(world), size_, options_.cacheCapacity));
   inFlight_.emplace_back();
   joinsCompleted_.push_back(0);
@@ -373,7 +371,6 @@ int Engine::createSet(const std::vector<int>& ranks) {
   const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
   // Collective over the members only; every rank registers the set, so ids agree everywhere.
   auto comm = member ? sets_[0]->comm().split(ranks, "ps" + std::to_string(id)) : nullptr;
-  if (comm) TracedReducer::install(*comm, timeline_);
   auto set = std::make_unique<ProcessSet>(id, ranks, std::move(comm), size_, options_.cacheCapacity);
   std::lock_guard<std::mutex> lock(mu_);
   sets_.push_back(std::move(set));

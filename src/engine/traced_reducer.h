@@ -21,17 +21,6 @@ class TracedReducer : public Reducer {
   TracedReducer(Timeline* timeline, Reducer& inner, std::string tensor)
       : inner_(&inner), timeline_(timeline), tensor_(std::move(tensor)) {}
 
-  // Transitional, until engine.cc stops calling it: wraps `comm`'s reducer for good (through
-  // Communicator::setReducer, which goes with it). The wrapper records nothing, since its
-  // tensor stays empty; the per-operation TracedReducer does the recording.
-  template <typename Comm>
-  static void install(Comm& comm, Timeline& timeline) {
-    auto traced = std::make_unique<TracedReducer>(&timeline, comm.reducer(), "");
-    TracedReducer* raw = traced.get();
-    raw->owned_ = comm.setReducer(std::move(traced));
-    raw->inner_ = raw->owned_.get();
-  }
-
   void reduce(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op,
               double postScale) override {
     const bool trace = timeline_ != nullptr && timeline_->active() && !tensor_.empty();
@@ -44,7 +33,6 @@ class TracedReducer : public Reducer {
   }
 
  private:
-  std::unique_ptr<Reducer> owned_;  // install() only
   Reducer* inner_;
   Timeline* timeline_;
   std::string tensor_;
