@@ -1,11 +1,10 @@
 // CPU binding: which CPUs each local rank may run on (ringfoldrun --bind-to).
 //
 // Why: with more ranks than cores, the scheduler stacks a rank onto the core its ring
-// neighbour needs, and the rank then waits for data its neighbour cannot send. Measured on 2
-// vCPUs, 4 ranks, allreduce over loopback: binding raised busbw by 10-30% at 4-16 MiB. With 2
-// ranks on the same 2 vCPUs (one core each) binding cost 10-15%, since an unbound rank can take
-// whichever core is free when its peer's data arrives. Hence the default, auto: bind only when
-// the local ranks outnumber the cores (bench/results/compare_loopback.md).
+// neighbour needs, and the rank then waits for data its neighbour cannot send. With no more
+// ranks than cores, binding costs, since an unbound rank can take whichever core is free when
+// its peer's data arrives. Hence the default, auto: bind only when the local ranks outnumber the
+// cores (figures in docs/performance.md and bench/results/compare_loopback.md).
 //
 // Contract
 //   * machineCores() groups the CPUs the launcher may use (its own affinity mask, so taskset,

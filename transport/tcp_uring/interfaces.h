@@ -43,8 +43,8 @@ std::string listenAddressFor(const std::string& storeAddress);
 
 // RINGFOLD_SOCKETS_PER_PEER=auto: 1 when listening on a loopback address (every peer is on this
 // host, where a TCP flow is a kernel memcpy and a second flow only adds per-socket overhead on
-// the same cores: measured 2.4-2.6 vs 1.6-2.2 GB/s busbw for a 2-rank 16 MiB allreduce), else 2
-// so that one flow does not cap a fast link. All ranks of a job decide alike: they listen on
+// the same cores; figures in docs/performance.md), else 2 so that one flow does not cap a fast
+// link. All ranks of a job decide alike: they listen on
 // loopback only when the store address is loopback (or the interface spec says so).
 int autoSocketsPerPeer(const std::string& listenAddress);
 

@@ -25,8 +25,8 @@ void PeerLink::postStaging(SocketState& s) {
     return;
   }
   // After a large frame the next one is likely large too: read only its header, so that its
-  // payload lands in place instead of passing through staging (a copy of up to 64 KiB a frame,
-  // measured at ~5% of the CPU of a 2-rank 16 MiB allreduce on loopback). A small frame then
+  // payload lands in place instead of passing through staging (a copy of up to 64 KiB a frame;
+  // its cost is in docs/performance.md). A small frame then
   // costs one more recv, which only happens while large frames stream.
   const size_t want = s.headerOnly && s.end == 0 ? kHeader : kStagingBytes - s.end;
   s.headerOnly = false;

@@ -14,10 +14,9 @@ namespace ringfold::transport::tcp_uring {
 constexpr size_t kStagingBytes = 64 << 10;    // per socket; a small message lands in one recv
 constexpr size_t kMaxBatchFrames = 32;        // frames per sendmsg
 constexpr size_t kMaxBatchBytes = 256 << 10;  // payload bytes per batched sendmsg
-// One recv op straight into a destination takes at most this much (MSG_WAITALL). Measured on
-// loopback (tcp_uring_bench bw): 128 KiB gave 6.3 GB/s for 1 MiB messages and 4.9 GB/s for
-// 64 MiB, against 4.5 and 3.2 GB/s with 4 MiB ops, and 4.9 GB/s (1 MiB) without MSG_WAITALL.
-// Capping send ops the same way lost throughput, so a frame goes out in one sendmsg.
+// One recv op straight into a destination takes at most this much (MSG_WAITALL): smaller ops
+// stay in cache (figures in docs/performance.md). Capping send ops the same way lost
+// throughput, so a frame goes out in one sendmsg.
 constexpr size_t kMaxDirectRecv = 128 << 10;
 constexpr size_t kHeader = sizeof(FrameHeader);
 

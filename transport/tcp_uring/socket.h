@@ -42,16 +42,15 @@ class Socket {
 bool isUnixSocket(int fd);
 
 // The send buffer a Unix socket asks for when RINGFOLD_SOCKET_BUFFER_BYTES is 0 (the kernel caps
-// it at net.core.wmem_max): +20-35% busbw at 4 ranks and 4-64 MiB over the 208 KiB default.
+// it at net.core.wmem_max): faster than the 208 KiB default (docs/performance.md).
 constexpr uint64_t kUnixSendBufferBytes = 4u << 20;
 
 // The send and receive buffers of a loopback TCP socket when RINGFOLD_SOCKET_BUFFER_BYTES is 0,
 // given net.core.rmem_max and wmem_max: kLoopbackTcpBufferBytes when both allow it, else 0
-// (autotuning). Autotuning on loopback settles per connection, on the first messages: a job
-// whose first allreduces are 256 KiB ran at about 2.2 GB/s busbw for its whole life at 2 ranks,
-// against 4.4 with 4 MiB buffers, every launch; with a larger first message, or the fixed
-// buffers, it ran at 4.4. A fixed size above the maxima would be capped small and stop
-// autotuning (with Debian's 208 KiB, 2 MiB buffers halved busbw at 1 MiB), hence the check.
+// (autotuning). Autotuning on loopback settles per connection, on the first messages, so a job
+// whose first messages are small keeps small buffers for its whole life (docs/performance.md
+// has the figures). A fixed size above the maxima would be capped small and stop autotuning,
+// hence the check.
 constexpr uint64_t kLoopbackTcpBufferBytes = 4u << 20;
 uint64_t loopbackTcpBufferBytes(uint64_t rmemMax, uint64_t wmemMax);
 
