@@ -99,7 +99,9 @@ std::vector<PeerLink*> DeviceState::connect(const ConnectSpec& spec) {
   peers_.resize(size);
   int connected = 0;
   for (int p = 0; p < size; ++p) {
-    if (!unreachable[p].empty()) RF_LOG(kDebug) << "rank " << p << " left to another backend: " << unreachable[p];
+    if (!unreachable[p].empty()) {
+      RF_LOG(kDebug) << "rank " << p << " left to another backend: " << unreachable[p];
+    }
     if (p == rank || mesh[p].empty()) continue;
     ++connected;
     for (Socket& s : mesh[p]) setDataSocketOptions(s.fd(), tuning_.timeout, tuning_.socketBufferBytes);
