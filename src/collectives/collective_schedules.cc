@@ -180,4 +180,37 @@ Unit DirectAllreduceSchedule::unit(int, size_t k) const {
   return un;
 }
 
+// ---- chain broadcast ----
+
+ChainBroadcastSchedule::ChainBroadcastSchedule(int rank, int n, int root, size_t count, size_t segElems)
+    : rank_(rank), n_(n), root_(root), count_(count), segElems_(segElems), segments_(segmentCount(count, segElems)) {
+  pacing_.lead = kNoSend;
+  pacing_.sendWindow = kSendWindow;
+  pacing_.receivesFirst = true;  // the hello receive is posted before the hello send
+}
+
+Lane ChainBroadcastSchedule::lane(int l) const {
+  if (l == 0) return Lane{1, 1, 1, 0};
+  return Lane{isRoot() ? 0 : segments_, kWindow, 1, 0};
+}
+
+OwnSend ChainBroadcastSchedule::ownSend(size_t i) const {
+  if (i == 0) return OwnSend{next(), 0, Range{0, 0}, false};
+  return OwnSend{next(), 0, segment(Range{0, count_}, segElems_, i - 1), false};
+}
+
+Unit ChainBroadcastSchedule::unit(int l, size_t u) const {
+  Unit un;
+  un.into = Place::kDst;
+  if (l == 0) {
+    un.range = Range{0, 0};  // the hello
+    return un;
+  }
+  un.range = segment(Range{0, count_}, segElems_, u);
+  // No data receive is posted before the hello has arrived (unit 0 of lane 0 processed).
+  if (u == 0) un.gate = Gate{Gate::kForward, 0, false, false};
+  if (mod(rank_ - root_, n_) != n_ - 1) un.forwardTo = next();
+  return un;
+}
+
 }  // namespace ringfold::sched

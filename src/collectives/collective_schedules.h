@@ -126,4 +126,30 @@ class DirectAllreduceSchedule final : public Schedule {
   bool waitOwn_;
 };
 
+// Chain broadcast root -> root+1 -> ... -> root-1. Every rank first sends an empty hello to
+// rank+1 (own send 0) and receives one from rank-1 (lane 0, one empty unit), so each rank
+// compares its arguments with its neighbour's before any data moves (a root that believes it
+// is not the root would otherwise leave every rank waiting for data). The root then sends its
+// segments from sendbuf (own sends 1.., all at once through the send window); every other rank
+// receives segment k straight into recvbuf (lane 1, unit k, gated on the hello having been
+// received) and forwards it to rank+1 unless it is the last of the chain. kWindow receives are
+// posted ahead; kSendWindow sends are in flight at most.
+class ChainBroadcastSchedule final : public Schedule {
+ public:
+  ChainBroadcastSchedule(int rank, int n, int root, size_t count, size_t segElems);
+  static constexpr size_t kWindow = 4, kSendWindow = 16;
+  int lanes() const override { return 2; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override { return isRoot() ? 1 + segments_ : 1; }
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+ private:
+  bool isRoot() const { return rank_ == root_; }
+  int next() const { return mod(rank_ + 1, n_); }
+  int rank_, n_, root_;
+  size_t count_, segElems_, segments_;
+};
+
 }  // namespace ringfold::sched

@@ -26,7 +26,8 @@ constexpr size_t kNoSend = SIZE_MAX;
 
 // What must have happened before a unit's receives are posted: a send (this rank's own send
 // `index`, or the forward of unit `index` of lane 0) must have been posted and, with `retire`,
-// have completed (it reads the memory the receive overwrites).
+// have completed (it reads the memory the receive overwrites). A kForward gate without
+// `retire` on a unit that forwards nothing waits for that unit to have been processed.
 struct Gate {
   enum Kind : uint8_t { kNone, kOwnSend, kForward } kind = kNone;
   size_t index = 0;

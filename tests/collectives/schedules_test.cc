@@ -189,6 +189,42 @@ TEST(Schedules, RingReduceScatterAndAllgatherMessagesPairUp) {
   }
 }
 
+// Chain broadcast: the hello and the segments pair up along the chain for every root; only the
+// root sends segments of its own, the last rank of the chain forwards nothing, and no data
+// receive is posted before the hello has been received.
+TEST(Schedules, ChainBroadcastMessagesPairUp) {
+  constexpr size_t kSeg = 4;
+  for (int n : {2, 3, 5}) {
+    for (int root = 0; root < n; ++root) {
+      for (size_t count : {size_t{0}, size_t{1}, sched::ChainBroadcastSchedule::kWindow * kSeg + kSeg + 1}) {
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::ChainBroadcastSchedule>(r, n, root, count, kSeg); });
+        const size_t segments = sched::segmentCount(count, kSeg);
+        for (int r = 0; r < n; ++r) {
+          const sched::ChainBroadcastSchedule s(r, n, root, count, kSeg);
+          ASSERT_EQ(s.ownSends(), r == root ? 1 + segments : 1u);
+          EXPECT_EQ(s.ownSend(0).range.length, 0u);  // the hello
+          EXPECT_EQ(s.lane(0).units, 1u);
+          EXPECT_EQ(s.unit(0, 0).range.length, 0u);
+          EXPECT_EQ(s.lane(1).units, r == root ? 0u : segments);
+          EXPECT_EQ(s.lane(1).window, sched::ChainBroadcastSchedule::kWindow);
+          EXPECT_EQ(s.pacing().sendWindow, sched::ChainBroadcastSchedule::kSendWindow);
+          const bool last = sched::mod(r - root, n) == n - 1;
+          for (size_t k = 0; k < s.lane(1).units; ++k) {
+            const sched::Unit un = s.unit(1, k);
+            EXPECT_EQ(un.into, sched::Place::kDst);
+            EXPECT_EQ(un.ownAt, -1);
+            EXPECT_EQ(un.forwardTo, last ? -1 : (r + 1) % n);
+            if (k == 0) {
+              EXPECT_EQ(un.gate.kind, sched::Gate::kForward);
+              EXPECT_EQ(un.gate.index, 0u);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Schedules, DirectMessagesPairUpAndFoldInRankOrder) {
   for (int n : {2, 3, 4}) {
     for (size_t count : {0, 5, 100}) {
