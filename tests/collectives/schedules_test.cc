@@ -245,7 +245,9 @@ TEST(Schedules, DirectMessagesPairUpAndFoldInRankOrder) {
           ASSERT_NE(un.foldAfterOwn, sched::kNoSend);
           for (size_t i = 0; i < s.ownSends(); ++i) {
             const sched::Range sent = s.ownSend(i).range;
-            if (sent.offset == un.range.offset && sent.length == un.range.length) EXPECT_LE(i, un.foldAfterOwn);
+            if (sent.offset == un.range.offset && sent.length == un.range.length) {
+              EXPECT_LE(i, un.foldAfterOwn);
+            }
           }
           EXPECT_EQ(s.ownSend(un.foldAfterOwn).range.offset, un.range.offset);
         }
