@@ -6,7 +6,8 @@ ringfold/_lib.py (and Horovod's reduce ops as Average ... Product in ringfold/ba
 ctypes cannot read a header. This test parses both sides without importing anything (plain
 python3: no numpy, no torch, no built library) and fails naming every code that differs or is
 missing on either side:
-  * every integer `#define RINGFOLD_<NAME>` of the header (but for the ones in NOT_IN_PYTHON)
+  * every integer `#define RINGFOLD_<NAME>` of the header, and Horovod's process-set results
+    `HOROVOD_PROCESS_SET_ERROR_<X>` (read as RINGFOLD_PROCESS_SET_ERROR_<X>), but for NOT_IN_PYTHON,
     must be `<NAME>` in _lib.py, or in basics.py for RINGFOLD_OP_*, with the same value;
   * every upper-case integer constant of _lib.py must be such a define;
   * DTYPE_NAMES and DTYPE_SIZES have one entry per dtype code.
@@ -21,7 +22,6 @@ import sys
 # Header codes the package has no name for, on purpose.
 NOT_IN_PYTHON = {
     'RINGFOLD_ABI_VERSION': 'the version of the header itself',
-    'RINGFOLD_PROCESS_SET_ERROR_INVALID': 'process_sets.py compares the process-set results itself',
 }
 REDUCE_OPS = {'AVERAGE': 'Average', 'SUM': 'Sum', 'ADASUM': 'Adasum', 'MIN': 'Min', 'MAX': 'Max',
               'PRODUCT': 'Product'}
@@ -30,14 +30,16 @@ DTYPES = ('INT8', 'UINT8', 'INT32', 'UINT32', 'INT64', 'UINT64', 'FLOAT16', 'FLO
 
 
 def header_codes(path):
-    """{name: value} of every `#define RINGFOLD_X <integer>` (also `(-1)`)."""
+    """{name: value} of every `#define RINGFOLD_X <integer>` (also `(-1)`), and of Horovod's
+    process-set results `HOROVOD_PROCESS_SET_ERROR_X`, named RINGFOLD_PROCESS_SET_ERROR_X here."""
     codes = {}
-    pattern = re.compile(r'^\s*#\s*define\s+(RINGFOLD_\w+)\s+\(?\s*(-?\s*\d+)\s*\)?\s*(?:/\*.*)?$')
+    pattern = re.compile(r'^\s*#\s*define\s+((?:RINGFOLD|HOROVOD_PROCESS_SET_ERROR)_\w+)\s+\(?\s*(-?\s*\d+)\s*\)?\s*'
+                         r'(?:/\*.*)?$')
     with open(path) as f:
         for line in f:
             m = pattern.match(line)
             if m:
-                codes[m.group(1)] = int(m.group(2).replace(' ', ''))
+                codes[m.group(1).replace('HOROVOD_', 'RINGFOLD_', 1)] = int(m.group(2).replace(' ', ''))
     return codes
 
 

@@ -20,12 +20,13 @@ from ringfold import _lib
 from ringfold.exceptions import InvalidArgumentError
 
 _ERRORS = {
-    -1: 'ringfold has not been initialized',
-    -2: 'dynamic process sets are off: init(process_sets="dynamic") or set RINGFOLD_DYNAMIC_PROCESS_SETS=1',
-    -3: 'unknown process set',
-    -4: 'this rank is not a member of the process set',
-    -5: 'the engine has stopped',
-    -6: 'a process set with these ranks already exists',
+    _lib.PROCESS_SET_ERROR_INIT: 'ringfold has not been initialized',
+    _lib.PROCESS_SET_ERROR_DYNAMIC:
+        'dynamic process sets are off: init(process_sets="dynamic") or set RINGFOLD_DYNAMIC_PROCESS_SETS=1',
+    _lib.PROCESS_SET_ERROR_UNKNOWN_SET: 'unknown process set',
+    _lib.PROCESS_SET_ERROR_FOREIGN_SET: 'this rank is not a member of the process set',
+    _lib.PROCESS_SET_ERROR_SHUTDOWN: 'the engine has stopped',
+    _lib.PROCESS_SET_ERROR_EXISTING_SET: 'a process set with these ranks already exists',
 }
 
 
@@ -85,7 +86,7 @@ class ProcessSet:
             return None
         rank = _lib.lib().horovod_rank()
         if rank < 0:
-            _raise(-1, 'ProcessSet.included')
+            _raise(_lib.PROCESS_SET_ERROR_INIT, 'ProcessSet.included')
         return rank in self.ranks
 
     def __str__(self):
@@ -146,7 +147,7 @@ def remove_process_set(process_set):
     if process_set.process_set_id is None or process_set.process_set_id == 0:
         return False
     value = _lib.lib().horovod_remove_process_set(process_set.process_set_id)
-    if value == -3:          # not (or no longer) registered: Horovod returns False
+    if value == _lib.PROCESS_SET_ERROR_UNKNOWN_SET:  # not (or no longer) registered: Horovod returns False
         _id_to_set.pop(process_set.process_set_id, None)
         process_set.process_set_id = None
         return False
