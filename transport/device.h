@@ -47,6 +47,9 @@ enum class ErrorKind : uint8_t { kIo = 0, kMismatch = 1, kInvalidArgument = 2 };
 
 // Throws the exception that `kind` names, with `message` (and `peerRank` for kIo).
 [[noreturn]] void throwError(ErrorKind kind, int peerRank, const std::string& message);
+// Its inverse: the kind and text of an error, as abort() takes them (IoError's peer in `peer`,
+// else -1; anything that is not a MismatchError or InvalidArgument is kIo).
+ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer);
 
 // Which peers a device connects, and how (see connectAll).
 struct ConnectSpec {

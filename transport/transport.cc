@@ -43,6 +43,27 @@ std::vector<std::unique_ptr<Connection>> Device::connectAll(rendezvous::Store& s
   return connectAll(spec);
 }
 
+ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer) {
+  peer = -1;
+  try {
+    std::rethrow_exception(error);
+  } catch (const MismatchError& e) {
+    text = e.what();
+    return ErrorKind::kMismatch;
+  } catch (const InvalidArgument& e) {
+    text = e.what();
+    return ErrorKind::kInvalidArgument;
+  } catch (const IoError& e) {
+    peer = e.peerRank();
+    text = e.what();
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown exception";
+  }
+  return ErrorKind::kIo;
+}
+
 std::unique_ptr<Device> createDevice(const std::string& requested) { return createDevice(requested, DeviceConfig{}); }
 
 std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceConfig& config) {

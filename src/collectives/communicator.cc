@@ -17,13 +17,10 @@ namespace ringfold {
 namespace {
 
 std::string messageOf(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
+  std::string text;
+  int peer = -1;
+  transport::describeError(error, text, peer);
+  return text;
 }
 
 // A raw check mismatch is a local transport failure (a backend may keep its first local
@@ -212,7 +209,7 @@ void Communicator::checkUsable(const char* collective) {
 void Communicator::fail(const char* collective, std::exception_ptr error) {
   int peer = -1;
   std::string text;
-  const transport::ErrorKind kind = transport::per_peer::describeError(error, text, peer);
+  const transport::ErrorKind kind = transport::describeError(error, text, peer);
   const std::string original = text;
   std::exception_ptr final;
   if (device_->aborted()) {

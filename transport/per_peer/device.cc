@@ -28,27 +28,6 @@ ConnectSpec childSpec(const ConnectSpec& spec, const std::string& label, std::ve
 
 }  // namespace
 
-ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer) {
-  peer = -1;
-  try {
-    std::rethrow_exception(error);
-  } catch (const MismatchError& e) {
-    text = e.what();
-    return ErrorKind::kMismatch;
-  } catch (const InvalidArgument& e) {
-    text = e.what();
-    return ErrorKind::kInvalidArgument;
-  } catch (const IoError& e) {
-    peer = e.peerRank();
-    text = e.what();
-  } catch (const std::exception& e) {
-    text = e.what();
-  } catch (...) {
-    text = "unknown exception";
-  }
-  return ErrorKind::kIo;
-}
-
 Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& factory, const std::string& myHost) {
   RF_ENFORCE(spec.store != nullptr, "per_peer::connect needs a store");
   RF_ENFORCE(spec.peers.empty(), "per_peer::connect connects every peer");
@@ -152,17 +131,22 @@ std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size
   return std::make_unique<MemoryRegion>(data, size, std::move(parts));
 }
 
-void Device::abort(ErrorKind kind, const std::string& message) {
-  if (spread()) return;  // a peer's abort came first: it is every child's reason now
+void Device::abortChildren(ErrorKind kind, const std::string& message, size_t except) const {
   spreading_ = true;
-  for (auto& child : children_) {
+  for (size_t j = 0; j < children_.size(); ++j) {
+    if (j == except) continue;
     try {
-      child->abort(kind, message);
+      children_[j]->abort(kind, message);
     } catch (const std::exception& e) {
-      RF_LOG(kWarning) << "abort of " << child->name() << " failed: " << e.what();
+      RF_LOG(kWarning) << "abort of " << labels_[j] << " failed: " << e.what();
     }
   }
   spreading_ = false;
+}
+
+void Device::abort(ErrorKind kind, const std::string& message) {
+  if (spread()) return;  // a peer's abort came first: it is every child's reason now
+  abortChildren(kind, message, children_.size());
   for (auto& child : children_) {
     if (auto why = child->abortReason()) {
       reason_ = why;
@@ -183,16 +167,7 @@ bool Device::spread() const {
     const ErrorKind kind = describeError(why, text, peer);
     RF_LOG(kDebug) << labels_[i] << " was aborted (" << text << "); aborting the other backends with it";
     reason_ = why;
-    spreading_ = true;
-    for (size_t j = 0; j < children_.size(); ++j) {
-      if (j == i) continue;
-      try {
-        children_[j]->abort(kind, text);
-      } catch (const std::exception& e) {
-        RF_LOG(kWarning) << "abort of " << labels_[j] << " failed: " << e.what();
-      }
-    }
-    spreading_ = false;
+    abortChildren(kind, text, i);
     return true;
   }
   return false;

@@ -58,9 +58,6 @@ Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& 
 Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendOf, const Factory& factory,
                       const Policy& policy);
 
-// The kind and text of an error, as abort() takes them (IoError's peer in `peer`, else -1).
-ErrorKind describeError(const std::exception_ptr& error, std::string& text, int& peer);
-
 class Device final : public transport::Device {
  public:
   // Children already connected (connectWith), at least two.
@@ -89,6 +86,8 @@ class Device final : public transport::Device {
   void pump(size_t except);
   // If a child was aborted (by a peer), aborts the others with its reason. Returns whether any is.
   bool spread() const;
+  // Aborts every child but `except` (children_.size(): none) with `kind` and `message`.
+  void abortChildren(ErrorKind kind, const std::string& message, size_t except) const;
 
   std::string name_;  // "per_peer(<label>+<label>...)"
   std::vector<std::string> labels_;
