@@ -65,6 +65,9 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual const char* name() const = 0;
+  // What carries the traffic, for logs and bench headers (rdma: "ofi tcp;ofi_rxm on lo"); empty
+  // when name() says it all.
+  virtual std::string describe() const { return ""; }
   virtual std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec) = 0;
   // Every peer: builds the ConnectSpec (a backend declares `using Device::connectAll;`).
   std::vector<std::unique_ptr<Connection>> connectAll(rendezvous::Store& store, const std::string& prefix,

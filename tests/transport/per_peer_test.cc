@@ -24,7 +24,29 @@ namespace {
 using transport::per_peer::Policy;
 using Clock = std::chrono::steady_clock;
 
-const Policy kNearFar{"near", "far"};
+const Policy kNearFar{"near", "far", "", ""};
+
+// rdma with a tcp_uring fallback: a pair uses rdma only when both ends can run it.
+TEST(PerPeerSelector, RemoteBackendOnlyWhereBothEndsCanRunIt) {
+  const Policy rdma{"unix_uring", "rdma", "tcp_uring", ""};
+  const std::vector<std::string> hosts = {"A", "A", "B", "C"};
+  const std::vector<std::string> words = {"rdma", "rdma", "-no RDMA devices found", "rdma"};
+  auto backends = transport::per_peer::assignBackends(hosts, 0, rdma);
+  const Policy used = transport::per_peer::applyFallback(backends, words, 0, rdma);
+  EXPECT_EQ(backends, (std::vector<std::string>{"", "unix_uring", "tcp_uring", "rdma"}));
+  EXPECT_EQ(used.remote, "rdma");
+  // Rank 2 itself cannot: every remote peer goes through tcp_uring, which becomes its remote.
+  Policy mine = rdma;
+  mine.remoteUnusable = "no RDMA devices found";
+  backends = transport::per_peer::assignBackends(hosts, 2, mine);
+  const Policy used2 = transport::per_peer::applyFallback(backends, words, 2, mine);
+  EXPECT_EQ(backends, (std::vector<std::string>{"tcp_uring", "tcp_uring", "", "tcp_uring"}));
+  EXPECT_EQ(used2.remote, "tcp_uring");
+  // Without a fallback nothing moves.
+  backends = transport::per_peer::assignBackends(hosts, 0, kNearFar);
+  transport::per_peer::applyFallback(backends, words, 0, kNearFar);
+  EXPECT_EQ(backends, (std::vector<std::string>{"", "near", "far", "far"}));
+}
 
 TEST(PerPeerSelector, SameHostLocalOthersRemote) {
   const std::vector<std::string> hosts = {"A", "A", "B", "B", "-"};

@@ -32,7 +32,11 @@ Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& 
   RF_ENFORCE(spec.store != nullptr, "per_peer::connect needs a store");
   RF_ENFORCE(spec.peers.empty(), "per_peer::connect connects every peer");
   const auto hosts = exchangeHostIds(*spec.store, spec.prefix, spec.rank, spec.size, myHost, spec.timeout);
-  return connectWith(spec, assignBackends(hosts, spec.rank, policy), factory, policy);
+  auto backends = assignBackends(hosts, spec.rank, policy);
+  if (policy.fallback.empty()) return connectWith(spec, std::move(backends), factory, policy);
+  const auto words = exchangeRemoteCapabilities(*spec.store, spec.prefix, spec.rank, spec.size, policy, spec.timeout);
+  const Policy used = applyFallback(backends, words, spec.rank, policy);
+  return connectWith(spec, std::move(backends), factory, used);
 }
 
 Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendOf, const Factory& factory,
@@ -120,6 +124,15 @@ Device::~Device() {
 
 std::vector<std::unique_ptr<transport::Connection>> Device::connectAll(const ConnectSpec&) {
   RF_THROW(InvalidArgument, name_, " is connected when built; connect through per_peer::connect");
+}
+
+std::string Device::describe() const {
+  std::string out;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    const std::string what = children_[i]->describe();
+    if (!what.empty()) out += (out.empty() ? "" : "; ") + labels_[i] + ": " + what;
+  }
+  return out;
 }
 
 std::vector<std::unique_ptr<transport::Connection>> Device::takeConnections() { return std::move(connections_); }

@@ -65,6 +65,8 @@ class Device final : public transport::Device {
   ~Device() override;
 
   const char* name() const override { return name_.c_str(); }
+  // "label: what" for every child that describes itself, joined with "; ".
+  std::string describe() const override;
   using transport::Device::connectAll;
   // The composite is connected when built: throws InvalidArgument (use per_peer::connect).
   std::vector<std::unique_ptr<transport::Connection>> connectAll(const ConnectSpec& spec) override;

@@ -21,6 +21,7 @@ Policy Policy::fromParams() {
   } else {
     RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix or tcp");
   }
+  // PENDING(rdma): RINGFOLD_TRANSPORT=rdma probing lands with transport/rdma.
   return p;
 }
 
@@ -66,6 +67,54 @@ std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds,
                    << backends[p];
   }
   return backends;
+}
+
+std::vector<std::string> exchangeRemoteCapabilities(rendezvous::Store& store, const std::string& prefix, int rank,
+                                                    int size, const Policy& policy,
+                                                    std::chrono::milliseconds timeout) {
+  auto keyOf = [&](int r) { return detail::concat(prefix, "/remote/", r); };
+  store.setString(keyOf(rank), policy.remoteUnusable.empty() ? policy.remote : "-" + policy.remoteUnusable);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<std::string> words(size);
+  for (int r = 0; r < size; ++r) {
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(0));
+    try {
+      words[r] = store.getString(keyOf(r), left);
+    } catch (const TimeoutError&) {
+      RF_THROW(TimeoutError, "rank ", r, " did not publish its transport (", keyOf(r), ") within ", timeout.count(),
+               " ms");
+    }
+  }
+  return words;
+}
+
+Policy applyFallback(std::vector<std::string>& backends, const std::vector<std::string>& capabilities, int rank,
+                     const Policy& policy) {
+  Policy used = policy;
+  if (policy.fallback.empty()) return used;
+  const bool mine = capabilities[rank] == policy.remote;
+  bool logged = false;
+  for (size_t p = 0; p < backends.size(); ++p) {
+    if (backends[p] != policy.remote) continue;
+    if (mine && capabilities[p] == policy.remote) continue;
+    backends[p] = policy.fallback;
+    if (!mine) {
+      if (!logged) {
+        RF_LOG(kWarning) << policy.remote << " cannot run here (" << policy.remoteUnusable
+                         << "); peers on other hosts are joined through " << policy.fallback;
+      }
+      logged = true;
+    } else {
+      const std::string& word = capabilities[p];
+      RF_LOG(kWarning) << "rank " << p << " cannot run " << policy.remote << " ("
+                       << (word.size() > 1 && word[0] == '-' ? word.substr(1) : word) << "); joining it through "
+                       << policy.fallback;
+    }
+  }
+  if (!mine) used.remote = policy.fallback;
+  return used;
 }
 
 }  // namespace ringfold::transport::per_peer

@@ -6,7 +6,14 @@
 //
 //   local  backend : RINGFOLD_LOCAL_TRANSPORT: unix -> "unix_uring" (default), tcp -> "tcp_uring".
 //                    Issue 18's shared-memory backend becomes a third value here.
-//   remote backend : "tcp_uring" (issue 17's RDMA backend becomes a choice here).
+//   remote backend : RINGFOLD_TRANSPORT: rdma -> "rdma" (any fabric, libfabric's tcp;ofi_rxm
+//                    included); tcp_uring -> "tcp_uring"; unset -> "rdma" when this machine has
+//                    RDMA hardware (rdma::hardwareFabric: an active IB/RoCE port, or EFA) or
+//                    RINGFOLD_RDMA_FABRIC is set, else "tcp_uring".
+//   fallback       : with "rdma", a pair uses it only when both ends can: every rank publishes
+//                    under "<prefix>/remote/<rank>" the remote backend it can run (or why not),
+//                    and a pair where either end cannot is joined through "tcp_uring", logged
+//                    with the reason (exchangeRemoteCapabilities, applyFallback).
 //
 // Contract: decisions are symmetric (rank a gives b the backend b gives a), since both compare
 // the same two published identities; so each backend's device connects the same pairs from
@@ -27,7 +34,11 @@ namespace ringfold::transport::per_peer {
 struct Policy {
   std::string local = "unix_uring";   // backend between ranks of one host
   std::string remote = "tcp_uring";   // backend between hosts
-  // RINGFOLD_LOCAL_TRANSPORT's choice; throws InvalidArgument naming the variable if unknown.
+  std::string fallback;               // for a pair that cannot use `remote` ("" none)
+  std::string remoteUnusable;         // why this rank cannot run `remote` ("" it can)
+  // RINGFOLD_LOCAL_TRANSPORT's and RINGFOLD_TRANSPORT's choices (probing the RDMA fabric when
+  // rdma is asked for or may be the default); throws InvalidArgument naming the variable if
+  // unknown.
   static Policy fromParams();
 };
 
@@ -43,5 +54,17 @@ std::vector<std::string> exchangeHostIds(rendezvous::Store& store, const std::st
 // The backend of each peer, by rank ("" at `rank`): policy.local for a peer with this rank's
 // identity (known, not "-"), else policy.remote.
 std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds, int rank, const Policy& policy);
+
+// With policy.fallback set: publishes what this rank can run under "<prefix>/remote/<rank>" and
+// returns each rank's word (policy.remote, or "-" and the reason it cannot).
+std::vector<std::string> exchangeRemoteCapabilities(rendezvous::Store& store, const std::string& prefix, int rank,
+                                                    int size, const Policy& policy,
+                                                    std::chrono::milliseconds timeout);
+
+// Moves every peer assigned policy.remote to policy.fallback when this rank or that peer cannot
+// run it (capabilities by rank, as exchanged), logging why; returns the policy to connect with
+// (its remote is the fallback when this rank cannot run the remote backend at all).
+Policy applyFallback(std::vector<std::string>& backends, const std::vector<std::string>& capabilities, int rank,
+                     const Policy& policy);
 
 }  // namespace ringfold::transport::per_peer
