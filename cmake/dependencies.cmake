@@ -21,14 +21,19 @@ endfunction()
 pkg_check_modules(URING IMPORTED_TARGET liburing)
 rf_resolve_option(RINGFOLD_WITH_URING URING_FOUND RINGFOLD_HAVE_URING)
 
-find_library(IBVERBS_LIBRARY ibverbs)
+# ibverbs is dlopen'ed at run time (transport/rdma/verbs_api.cc): only its headers are needed to
+# build, and the library runs on machines without rdma-core.
 find_path(IBVERBS_INCLUDE_DIR infiniband/verbs.h)
-if(IBVERBS_LIBRARY AND IBVERBS_INCLUDE_DIR)
+if(IBVERBS_INCLUDE_DIR)
   set(IBVERBS_FOUND TRUE)
 else()
   set(IBVERBS_FOUND FALSE)
 endif()
 rf_resolve_option(RINGFOLD_WITH_IBVERBS IBVERBS_FOUND RINGFOLD_HAVE_IBVERBS)
+
+# libfabric (Debian's libfabric-dev): linked, since libfabric1 loads and runs without hardware.
+pkg_check_modules(LIBFABRIC IMPORTED_TARGET libfabric)
+rf_resolve_option(RINGFOLD_WITH_LIBFABRIC LIBFABRIC_FOUND RINGFOLD_HAVE_LIBFABRIC)
 
 # CUDA: nvcc from PATH or /usr/local/cuda. Architectures: 80 and 90 as SASS plus 90 as PTX (so
 # newer GPUs JIT it); RINGFOLD_CUDA_ARCHITECTURES (or CMAKE_CUDA_ARCHITECTURES) overrides.

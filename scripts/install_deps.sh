@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what ringfold needs to build, test and benchmark, from Debian's packages only.
 # Idempotent and non-interactive: packages already present are skipped, and apt is not touched
-# at all when nothing is missing. CUDA (nvcc) and rdma-core are optional and never installed here.
+# at all when nothing is missing. CUDA (nvcc) is optional and never installed here; rdma-core's headers are, its providers need
+# RDMA hardware.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config ccache git        # toolchain
   liburing-dev                                       # io_uring TCP transport
   libssl-dev                                         # HMAC for the rendezvous store
+  libfabric-dev libfabric-bin                        # RDMA transport's libfabric fabric (tcp;ofi_rxm
+                                                     # runs anywhere; verbs/efa on clusters), fi_info
+  libibverbs-dev                                     # ibverbs headers (the library is dlopened)
   libcxxopts-dev                                     # bench flags
   libgtest-dev libgmock-dev libbenchmark-dev         # tests, micro-benchmarks
   libgloo-dev libopenmpi-dev openmpi-bin             # comparison baselines (bench/compare)

@@ -1,0 +1,469 @@
+// transport_rdma_verbs_test: ringfold's verbs fabric (transport/rdma/fabric_verbs.h) between two
+// forked processes, over the libibverbs.so.1 test double (tests/transport/verbs_double). CTest
+// runs it with LD_LIBRARY_PATH=<the double's directory>, so the fabric's unchanged
+// dlopen("libibverbs.so.1") finds the double, as it finds rdma-core on a cluster. Each test forks
+// two ranks that exchange localAddress() and registrations through a socketpair; every wait in a
+// child is bounded and the parent SIGKILLs children past the test's deadline.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "transport/rdma/fabric_verbs.h"
+
+namespace ringfold::transport::rdma {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Type = Completion::Type;
+
+constexpr auto kWait = 10s;
+constexpr auto kTestDeadline = 30s;
+
+#define CHILD_CHECK(cond, ...)                                                                                   \
+  do {                                                                                                           \
+    if (!(cond))                                                                                                 \
+      throw std::runtime_error(detail::concat(__FILE__, ":", __LINE__, ": " #cond " " __VA_OPT__(, ) __VA_ARGS__)); \
+  } while (0)
+
+std::string show(const Completion& c) {
+  const char* t = c.type == Type::kWriteDone ? "kWriteDone" : c.type == Type::kImmediate ? "kImmediate" : "kError";
+  return detail::concat(t, "{peer ", c.peer, ", imm ", c.imm, ", context ", c.context, ", '", c.error, "'}");
+}
+
+// Where the process's libibverbs.so.1 comes from; the test is meaningless on another library.
+std::string loadedVerbsLibrary() {
+  void* handle = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) handle = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!handle) return "(none)";
+  Dl_info info{};
+  void* sym = dlsym(handle, "ibv_open_device");
+  if (!sym || !dladdr(sym, &info) || !info.dli_fname) return "(unknown)";
+  return info.dli_fname;
+}
+
+#define REQUIRE_THE_DOUBLE()                                                                              \
+  do {                                                                                                    \
+    std::string lib_ = loadedVerbsLibrary();                                                              \
+    if (lib_.find(VERBS_DOUBLE_DIR) != 0)                                                                 \
+      FAIL() << "libibverbs.so.1 resolves to " << lib_ << ", not the double: run through ctest, or with " \
+             << "LD_LIBRARY_PATH=" << VERBS_DOUBLE_DIR;                                                   \
+  } while (0)
+
+struct Rank {
+  int rank = 0, peer = 1, channel = -1;
+  std::unique_ptr<Fabric> fabric;
+  std::deque<Completion> got;
+
+  void pump() {
+    Completion c[16];
+    int n = fabric ? fabric->poll(c, 16) : 0;
+    for (int i = 0; i < n; ++i) got.push_back(std::move(c[i]));
+  }
+  void send(const std::string& text) {
+    uint32_t len = static_cast<uint32_t>(text.size());
+    std::string frame(reinterpret_cast<const char*>(&len), 4);
+    frame += text;
+    CHILD_CHECK(::write(channel, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
+  }
+  // The next message of the other rank; the fabric keeps progressing meanwhile.
+  std::string recv() {
+    std::string buf;
+    const auto until = Clock::now() + kWait;
+    auto readSome = [&](size_t want) {
+      while (buf.size() < want) {
+        pump();
+        CHILD_CHECK(Clock::now() < until, "no message from rank ", peer, " within the wait");
+        pollfd p{channel, POLLIN, 0};
+        if (::poll(&p, 1, 1) <= 0) continue;
+        char tmp[4096];
+        ssize_t n = ::read(channel, tmp, std::min(sizeof tmp, want - buf.size()));
+        CHILD_CHECK(n > 0, "rank ", peer, " closed the channel");
+        buf.append(tmp, static_cast<size_t>(n));
+      }
+    };
+    readSome(4);
+    uint32_t len;
+    std::memcpy(&len, buf.data(), 4);
+    buf.clear();
+    readSome(len);
+    return buf;
+  }
+  Completion await(const std::function<bool(const Completion&)>& want, const char* what,
+                   std::chrono::milliseconds limit = kWait) {
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      for (auto it = got.begin(); it != got.end(); ++it) {
+        if (want(*it)) {
+          Completion c = std::move(*it);
+          got.erase(it);
+          return c;
+        }
+      }
+      std::string seen;
+      for (const auto& c : got) seen += show(c) + " ";
+      CHILD_CHECK(Clock::now() < until, "no ", what, " within the wait; seen: ", seen);
+      pump();
+      std::this_thread::sleep_for(100us);
+    }
+  }
+  Completion awaitImm() {
+    return await([](const Completion& c) { return c.type != Type::kWriteDone; }, "immediate");
+  }
+  Completion awaitDone(uint64_t context) {
+    return await([&](const Completion& c) { return c.type != Type::kImmediate && c.context == context; },
+                 "write completion");
+  }
+  Completion awaitError() {
+    return await([](const Completion& c) { return c.type == Type::kError; }, "error");
+  }
+};
+
+struct Buffer {
+  std::vector<uint8_t> bytes;
+  Registration reg;
+  Buffer(Fabric& f, size_t n) : bytes(n, 0) { reg = f.registerMemory(bytes.data(), n, MemoryKind::kHost); }
+  std::string publish() const { return detail::concat(reg.rkey, " ", reg.remoteBase); }
+  void fill(uint32_t seed) {
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>((i * 2654435761u + seed) >> 7);
+  }
+  bool holds(size_t off, size_t len, uint32_t seed, size_t srcOff) const {
+    for (size_t i = 0; i < len; ++i)
+      if (bytes[off + i] != static_cast<uint8_t>(((srcOff + i) * 2654435761u + seed) >> 7)) return false;
+    return true;
+  }
+};
+RemoteAddress remoteAt(const std::string& published, uint64_t offset) {
+  uint64_t rkey = 0, base = 0;
+  std::istringstream(published) >> rkey >> base;
+  return {base + offset, rkey};
+}
+
+// Opens rank `me.rank` of 2 and connects it to the other rank.
+void connect(Rank& me, int receives = 64) {
+  me.fabric = verbs::open(me.rank, 2);
+  me.send(me.fabric->localAddress(me.peer));
+  me.fabric->insertPeer(me.peer, me.recv());
+  me.fabric->postImmReceives(me.peer, receives);
+}
+
+void post(Rank& me, const std::function<int()>& fn) {
+  const auto until = Clock::now() + kWait;
+  for (;;) {
+    int rc = fn();
+    if (rc == 0) return;
+    CHILD_CHECK(rc == -EAGAIN, "post returned ", rc, " (", strerror(-rc), ")");
+    CHILD_CHECK(Clock::now() < until, "post kept returning -EAGAIN");
+    me.pump();
+  }
+}
+
+using Body = std::function<void(Rank&)>;
+struct Outcome {
+  int status[2] = {0, 0};
+  std::string report[2];
+  bool timedOut = false;
+};
+
+// Forks both ranks with `env` set, waits for them (SIGKILL past the deadline), collects reports.
+Outcome runPair(const std::vector<std::pair<const char*, const char*>>& env, const Body& body0, const Body& body1) {
+  Outcome out;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
+  pid_t pids[2];
+  int reports[2];
+  const Body* bodies[2] = {&body0, &body1};
+  for (int r = 0; r < 2; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) std::abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      ::close(sv[1 - r]);
+      for (auto& [k, v] : env) setenv(k, v, 1);
+      int code = 0;
+      std::string text;
+      {
+        Rank me;
+        me.rank = r;
+        me.peer = 1 - r;
+        me.channel = sv[r];
+        try {
+          (*bodies[r])(me);
+          if (me.fabric) me.fabric->close();
+        } catch (const std::exception& e) {
+          code = 1;
+          text = e.what();
+        }
+      }
+      (void)!::write(fds[1], text.data(), text.size());
+      _exit(code);
+    }
+    ::close(fds[1]);
+    pids[r] = pid;
+    reports[r] = fds[0];
+  }
+  ::close(sv[0]);
+  ::close(sv[1]);
+  const auto until = Clock::now() + kTestDeadline;
+  bool done[2] = {false, false};
+  while (!(done[0] && done[1])) {
+    for (int r = 0; r < 2; ++r)
+      if (!done[r] && waitpid(pids[r], &out.status[r], WNOHANG) == pids[r]) done[r] = true;
+    if (Clock::now() > until) {
+      out.timedOut = true;
+      for (int r = 0; r < 2; ++r)
+        if (!done[r]) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], &out.status[r], 0);
+          done[r] = true;
+        }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (int r = 0; r < 2; ++r) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(reports[r], buf, sizeof buf)) > 0) out.report[r].append(buf, static_cast<size_t>(n));
+    ::close(reports[r]);
+  }
+  return out;
+}
+
+bool exitedOk(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+#define EXPECT_RANK_PASSED(o, r)                                                                                      \
+  EXPECT_TRUE(exitedOk((o).status[r])) << "rank " << r << " status " << (o).status[r]                                 \
+                                       << ((o).timedOut ? " (killed at the test deadline)" : "") << ": " << (o).report[r]
+
+void idle(Rank&) {}
+
+TEST(VerbsFabric, OpenNamesWhyItCannotRun) {
+  REQUIRE_THE_DOUBLE();
+  auto expectThrow = [](const char* fragment) {
+    return [fragment](Rank& me) {
+      try {
+        verbs::open(me.rank, 2);
+        CHILD_CHECK(false, "open() succeeded");
+      } catch (const Error& e) {
+        CHILD_CHECK(std::string(e.what()).find(fragment) != std::string::npos, e.what());
+      }
+    };
+  };
+  Outcome none = runPair({{"VERBS_DOUBLE_DEVICES", ""}}, expectThrow("no RDMA devices"), idle);
+  EXPECT_RANK_PASSED(none, 0);
+  Outcome down = runPair({{"VERBS_DOUBLE_PORT_STATE", "down"}}, expectThrow("mock0:1 is DOWN"), idle);
+  EXPECT_RANK_PASSED(down, 0);
+  Outcome hca = runPair({{"RINGFOLD_IB_HCA", "mlx5_0"}}, expectThrow("mlx5_0"), idle);
+  EXPECT_RANK_PASSED(hca, 0);
+}
+
+TEST(VerbsFabric, OpensOnTheDoubleAndDescribesItself) {
+  REQUIRE_THE_DOUBLE();
+  Outcome o = runPair(
+      {{"VERBS_DOUBLE_DEVICES", "mock0,mock1:ib"}, {"RINGFOLD_IB_QPS_PER_CONNECTION", "3"}},
+      [](Rank& me) {
+        std::string why;
+        CHILD_CHECK(verbs::usable(why), why);
+        CHILD_CHECK(why.find("mock0:1") != std::string::npos, why);
+        me.fabric = verbs::open(0, 2);
+        CHILD_CHECK(std::string(me.fabric->kind()) == "verbs");
+        CHILD_CHECK(me.fabric->lanes() == 3);
+        CHILD_CHECK(me.fabric->writesOrdered());
+        std::string d = me.fabric->describe();
+        CHILD_CHECK(d.find("mock0:1") != std::string::npos && d.find("RoCE v2") != std::string::npos, d);
+        me.fabric->close();
+        setenv("RINGFOLD_IB_HCA", "mock1", 1);
+        me.fabric = verbs::open(0, 2);
+        d = me.fabric->describe();
+        CHILD_CHECK(d.find("mock1:1 InfiniBand LID") != std::string::npos, d);
+      },
+      idle);
+  EXPECT_RANK_PASSED(o, 0);
+}
+
+// Rank 0 writes a large block, then an immediate, on each lane; rank 1 sees them in order.
+void writesLand(const char* linkLayer) {
+  constexpr size_t kBytes = 3u << 20;
+  Body writer = [](Rank& me) {
+    connect(me);
+    Buffer src(*me.fabric, kBytes);
+    src.fill(5);
+    std::string target = me.recv();
+    for (int lane = 0; lane < me.fabric->lanes(); ++lane) {
+      size_t off = lane * (kBytes / 2) + 3;
+      size_t len = kBytes / 2 - 7;
+      post(me, [&] {
+        return me.fabric->postWrite(1, lane, src.bytes.data() + off, len, src.reg, remoteAt(target, off), 10 + lane);
+      });
+      post(me, [&] {
+        return me.fabric->postWriteImm(1, lane, src.bytes.data(), 0, src.reg, remoteAt(target, 0), 0xabc00 + lane,
+                                       20 + lane);
+      });
+    }
+    for (int lane = 0; lane < me.fabric->lanes(); ++lane) {
+      CHILD_CHECK(me.awaitDone(10 + lane).type == Type::kWriteDone);
+      CHILD_CHECK(me.awaitDone(20 + lane).type == Type::kWriteDone);
+    }
+    me.recv();  // the target checked
+  };
+  Body target = [](Rank& me) {
+    connect(me);
+    Buffer dst(*me.fabric, kBytes);
+    me.send(dst.publish());
+    for (int lane = 0; lane < me.fabric->lanes(); ++lane) {
+      Completion c = me.awaitImm();
+      CHILD_CHECK(c.type == Type::kImmediate && c.peer == 0, show(c));
+      int from = static_cast<int>(c.imm - 0xabc00);
+      CHILD_CHECK(from >= 0 && from < me.fabric->lanes(), show(c));
+      size_t off = from * (kBytes / 2) + 3;
+      CHILD_CHECK(dst.holds(off, kBytes / 2 - 7, 5, off), "bytes of lane ", from, " did not land before its imm");
+      me.fabric->postImmReceives(0, 1);
+    }
+    me.send("checked");
+  };
+  Outcome o = runPair({{"VERBS_DOUBLE_LINK_LAYER", linkLayer}, {"RINGFOLD_IB_QPS_PER_CONNECTION", "2"}}, writer,
+                      target);
+  EXPECT_RANK_PASSED(o, 0);
+  EXPECT_RANK_PASSED(o, 1);
+}
+
+TEST(VerbsFabric, WritesAndImmediatesLandOverRoce) {
+  REQUIRE_THE_DOUBLE();
+  writesLand("eth");
+}
+
+TEST(VerbsFabric, WritesAndImmediatesLandOverInfiniBand) {
+  REQUIRE_THE_DOUBLE();
+  writesLand("ib");
+}
+
+TEST(VerbsFabric, WaitFdWakesASleepingRank) {
+  REQUIRE_THE_DOUBLE();
+  Outcome o = runPair(
+      {},
+      [](Rank& me) {
+        connect(me);
+        Buffer src(*me.fabric, 64);
+        std::string target = me.recv();
+        std::this_thread::sleep_for(100ms);  // rank 1 is asleep on waitFd() by now
+        post(me, [&] { return me.fabric->postWriteImm(1, 0, src.bytes.data(), 64, src.reg, remoteAt(target, 0), 7, 1); });
+        CHILD_CHECK(me.awaitDone(1).type == Type::kWriteDone);
+        me.recv();
+      },
+      [](Rank& me) {
+        connect(me);
+        Buffer dst(*me.fabric, 64);
+        CHILD_CHECK(me.fabric->waitFd() >= 0);
+        const auto until = Clock::now() + kWait;
+        while (!me.fabric->armWait()) {  // completions may be pending: poll, then arm again
+          me.pump();
+          CHILD_CHECK(me.got.empty() && Clock::now() < until, "unexpected completions before the write");
+        }
+        me.send(dst.publish());
+        pollfd p{me.fabric->waitFd(), POLLIN, 0};
+        CHILD_CHECK(::poll(&p, 1, 10000) == 1, "waitFd() did not wake");
+        Completion c = me.awaitImm();
+        CHILD_CHECK(c.type == Type::kImmediate && c.imm == 7 && c.peer == 0, show(c));
+        me.send("done");
+      });
+  EXPECT_RANK_PASSED(o, 0);
+  EXPECT_RANK_PASSED(o, 1);
+}
+
+TEST(VerbsFabric, BadKeyFailsAtThePosterNamingThePeer) {
+  REQUIRE_THE_DOUBLE();
+  Outcome o = runPair(
+      {},
+      [](Rank& me) {
+        connect(me);
+        Buffer src(*me.fabric, 256);
+        RemoteAddress at = remoteAt(me.recv(), 0);
+        at.rkey ^= 0x4000;
+        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 256, src.reg, at, 5); });
+        Completion c = me.awaitDone(5);
+        CHILD_CHECK(c.type == Type::kError && c.peer == 1, show(c));
+        CHILD_CHECK(c.error.find("remote access") != std::string::npos && c.error.find("rank 1") != std::string::npos,
+                    c.error);
+        me.send("done");
+      },
+      [](Rank& me) {
+        connect(me);
+        Buffer dst(*me.fabric, 256);
+        me.send(dst.publish());
+        Completion c = me.awaitError();  // the responder's QP failed too (access violation)
+        CHILD_CHECK(c.peer == 0, show(c));
+        me.recv();
+        for (uint8_t b : dst.bytes) CHILD_CHECK(b == 0);
+      });
+  EXPECT_RANK_PASSED(o, 0);
+  EXPECT_RANK_PASSED(o, 1);
+}
+
+// Rank 1 tells its pid and parks; rank 0 SIGKILLs it and writes: kError naming rank 1.
+TEST(VerbsFabric, KilledPeerEndsInAnErrorNamingIt) {
+  REQUIRE_THE_DOUBLE();
+  Outcome o = runPair(
+      {{"RINGFOLD_IB_TIMEOUT", "12"}, {"RINGFOLD_IB_RETRY_CNT", "3"}},
+      [](Rank& me) {
+        connect(me);
+        Buffer src(*me.fabric, 4096);
+        std::string target = me.recv();
+        pid_t victim = static_cast<pid_t>(std::stol(me.recv()));
+        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 1); });
+        CHILD_CHECK(me.awaitDone(1).type == Type::kWriteDone);
+        CHILD_CHECK(kill(victim, SIGKILL) == 0);
+        std::this_thread::sleep_for(20ms);
+        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 2); });
+        Completion c = me.awaitDone(2);
+        CHILD_CHECK(c.type == Type::kError && c.peer == 1, show(c));
+        CHILD_CHECK(c.error.find("rank 1") != std::string::npos, c.error);
+        // The double also raises IBV_EVENT_QP_FATAL: it becomes an error naming rank 1 too.
+        Completion fatal = me.awaitError();
+        CHILD_CHECK(fatal.peer == 1 && fatal.error.find("rank 1") != std::string::npos, show(fatal));
+      },
+      [](Rank& me) {
+        connect(me);
+        Buffer dst(*me.fabric, 4096);
+        me.send(dst.publish());
+        me.send(std::to_string(getpid()));
+        for (;;) pause();
+      });
+  EXPECT_RANK_PASSED(o, 0);
+  EXPECT_TRUE(WIFSIGNALED(o.status[1]) && WTERMSIG(o.status[1]) == SIGKILL) << o.report[1];
+}
+
+TEST(VerbsFabric, PortGoingDownIsReported) {
+  REQUIRE_THE_DOUBLE();
+  Outcome o = runPair(
+      {{"VERBS_DOUBLE_PORT_DOWN_AFTER_MS", "300"}},
+      [](Rank& me) {
+        connect(me);
+        Completion c = me.awaitError();
+        CHILD_CHECK(c.error.find("port") != std::string::npos, show(c));
+        me.send("done");
+      },
+      [](Rank& me) {
+        connect(me);
+        me.recv();
+      });
+  EXPECT_RANK_PASSED(o, 0);
+  EXPECT_RANK_PASSED(o, 1);
+}
+
+}  // namespace
+}  // namespace ringfold::transport::rdma

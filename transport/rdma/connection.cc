@@ -1,0 +1,84 @@
+// RdmaConnection and RdmaRequest of the rdma backend (connection.h).
+#include "transport/rdma/connection.h"
+
+#include "common/error.h"
+#include "transport/rdma/device_state.h"
+#include "transport/rdma/memory_region.h"
+#include "transport/rdma/peer.h"
+
+namespace ringfold::transport::rdma {
+
+RdmaRequest::~RdmaRequest() {
+  if (!state_.done && state_.posted) device_->abandon(state_);
+  if (state_.owned != nullptr && device_->cache() != nullptr) device_->cache()->release(state_.owned);
+}
+
+bool RdmaRequest::test() {
+  if (state_.done) return true;
+  if (device_->poisoned()) device_->throwPoison();
+  for (int round = 0; round < 4 && !state_.done && !device_->poisoned(); ++round) {
+    if (device_->progress() == 0) break;
+  }
+  if (state_.done) return true;
+  if (device_->poisoned()) device_->throwPoison();
+  return false;
+}
+
+void RdmaRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
+
+namespace {
+
+void checkRange(const transport::MemoryRegion& region, size_t offset, size_t length, const char* what) {
+  if (offset > region.size() || length > region.size() - offset) {
+    RF_THROW(InvalidArgument, what, ": bytes [", offset, ", ", offset + length, ") lie outside the region of ",
+             region.size(), " bytes");
+  }
+  if (length > 0 && region.data() == nullptr) RF_THROW(InvalidArgument, what, ": region has no memory");
+}
+
+}  // namespace
+
+std::unique_ptr<RdmaRequest> RdmaConnection::start(const transport::MemoryRegion& region, size_t offset, size_t length,
+                                                   uint64_t tag, uint64_t check, bool isSend) {
+  checkRange(region, offset, length, isSend ? "isend" : "irecv");
+  if (device_->poisoned()) device_->throwPoison();
+  auto req = std::make_unique<RdmaRequest>(device_);
+  RequestState& r = req->state();
+  r.isSend = isSend;
+  r.peer = peer_;
+  r.data = static_cast<std::byte*>(region.data()) + offset;
+  r.length = length;
+  r.tag = tag;
+  r.check = check;
+  const bool needed = isSend ? peer_->sendNeedsRegistration(length) : peer_->recvNeedsRegistration(length);
+  if (needed && length > 0) {
+    // The region's own registration when it is one of this device's, else one for these bytes.
+    auto* own = dynamic_cast<const rdma::MemoryRegion*>(&region);
+    if (own != nullptr && own->belongsTo(*device_)) {
+      if (RegistrationCache::Entry* e = own->entry()) {
+        r.entry = e;
+        r.reg = &e->registration();
+      }
+    }
+    device_->registerFor(r);
+  }
+  return req;
+}
+
+std::unique_ptr<Request> RdmaConnection::isend(const transport::MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                               uint64_t check) {
+  auto req = start(region, offset, length, tag, check, true);
+  peer_->postSend(req->state());
+  if (device_->poisoned()) device_->throwPoison();
+  return req;
+}
+
+std::unique_ptr<Request> RdmaConnection::irecv(transport::MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                               uint64_t check) {
+  auto req = start(region, offset, length, tag, check, false);
+  peer_->postRecv(req->state());
+  if (device_->poisoned()) device_->throwPoison();
+  return req;
+}
+
+}  // namespace ringfold::transport::rdma
