@@ -5,6 +5,7 @@
 #include "common/params.h"
 #include "transport/device.h"
 #include "transport/loopback/device.h"
+#include "transport/rdma/device.h"
 #ifdef RINGFOLD_HAVE_URING
 #include "transport/tcp_uring/device.h"
 #endif
@@ -80,8 +81,13 @@ std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceC
     RF_THROW(InvalidArgument, "transport '", name, "' was not built (liburing was not found at build time)");
 #endif
   }
+  if (name == "rdma") {
+    rdma::Options options;
+    options.fabric = params::kRdmaFabric.str();
+    return rdma::createDevice(options);
+  }
   RF_THROW(InvalidArgument, params::kTransport.name, "='", name,
-           "' is not a transport; use tcp_uring or loopback");
+           "' is not a transport; use tcp_uring, rdma or loopback");
 }
 
 }  // namespace ringfold::transport

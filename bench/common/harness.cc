@@ -29,7 +29,7 @@ namespace ringfold::bench {
 namespace {
 
 constexpr unsigned char kUntouched = 0xEE;  // sentinel byte of memory nobody should write
-constexpr size_t kDeviceLineBytes = 256;
+constexpr size_t kDeviceLineBytes = 512;
 
 // nccl-tests' order for -d all.
 const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,
@@ -145,7 +145,9 @@ void Runner::printDevices() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   const auto boot = rendezvous::bootstrapFromEnvironment();
-  const std::string name = std::string("cpu ") + comm_.transportName();
+  // "cpu rdma [ofi tcp;ofi_rxm on lo]": the transport, and the fabric and device it runs on.
+  const std::string what = comm_.device().describe();
+  const std::string name = std::string("cpu ") + comm_.transportName() + (what.empty() ? "" : " [" + what + "]");
   std::string line = deviceLine(rank_, 0, static_cast<int>(getpid()), host, boot.localRank,
                                 "0000:00:00", name);
   std::vector<char> mine(kDeviceLineBytes, '\0');

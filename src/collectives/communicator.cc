@@ -99,7 +99,7 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   const std::string prefix = incarnation > 0 ? "rf/inc" + std::to_string(incarnation) : "rf";
   transport::DeviceConfig config;
   config.storeAddress = info.storeAddr;
-  auto comm = transportName == "tcp_uring" || transportName == "tcp"
+  auto comm = transportName == "tcp_uring" || transportName == "tcp" || transportName == "rdma"
                   ? connectPerPeer(*job->store, info.rank, info.size, config, prefix)
                   : connect(*job->store, info.rank, info.size, transport::createDevice(transportName, config), prefix);
   comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);

@@ -80,10 +80,14 @@ class Communicator {
   int size() const { return size_; }
   transport::Connection& peer(int rank);
   transport::Device& device() { return *device_; }
-  // The transport as configured (RINGFOLD_TRANSPORT): "tcp_uring" for backends chosen per peer
-  // (whatever device() is: unix_uring, tcp_uring or both), else device().name(). Names that
-  // users see (timeline activities) use this, so they do not depend on where the peers run.
-  std::string transportName() const { return perPeer_ ? "tcp_uring" : device_->name(); }
+  // The transport as configured: for backends chosen per peer "rdma" when an rdma device joins
+  // any peer, else "tcp_uring" (whatever device() is: unix_uring, tcp_uring or both); otherwise
+  // device().name(). Names that users see (timeline activities) use this, so a socket job's
+  // names do not depend on where its peers run.
+  std::string transportName() const {
+    if (!perPeer_) return device_->name();
+    return std::string(device_->name()).find("rdma") != std::string::npos ? "rdma" : "tcp_uring";
+  }
   // The default reducer (CPU), for collectives whose Options name none.
   Reducer& reducer() { return *reducer_; }
   std::chrono::milliseconds timeout() const { return timeout_; }

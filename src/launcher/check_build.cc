@@ -11,6 +11,8 @@
 #include <sstream>
 #include <vector>
 
+#include "transport/rdma/fabric.h"
+
 #ifndef RF_CB_URING
 #define RF_CB_URING 0
 #endif
@@ -19,6 +21,9 @@
 #endif
 #ifndef RF_CB_IBVERBS
 #define RF_CB_IBVERBS 0
+#endif
+#ifndef RF_CB_LIBFABRIC
+#define RF_CB_LIBFABRIC 0
 #endif
 
 namespace ringfold::launcher {
@@ -95,12 +100,24 @@ std::string checkBuildReport(const std::string& version) {
     r << line(false, "tcp_uring", "not built: liburing was not found");
   }
   r << line(true, "loopback", "ranks as threads in one process, for tests");
+  // rdma: which fabric a rank started here would use (transport/rdma/fabric.h's probes).
   auto ib = listDir("/sys/class/infiniband");
+  std::string hwWhy;
+  const std::string hw = transport::rdma::hardwareFabric(hwWhy);
+  std::string anyWhy;
+  const bool usable = transport::rdma::fabricUsable("auto", anyWhy);
+  r << line(usable, "rdma",
+            !hw.empty() ? "RDMA hardware: the " + hw + " fabric; used by default between hosts"
+            : usable    ? "no RDMA hardware (" + hwWhy + "); RINGFOLD_TRANSPORT=rdma runs libfabric's software provider"
+                        : "no fabric usable: " + anyWhy);
   if (RF_CB_IBVERBS) {
-    r << line(true, "ibverbs", ib.empty() ? "built; no RDMA device here" : "built; devices: " + ib[0]);
+    r << line(hw == "verbs", "  ibverbs", ib.empty() ? "built (dlopened); no RDMA device here" : "built; devices: " + ib[0]);
   } else {
-    r << line(false, "ibverbs", std::string("not built") + (ib.empty() ? "" : "; this machine has " + ib[0]));
+    r << line(false, "  ibverbs", std::string("not built") + (ib.empty() ? "" : "; this machine has " + ib[0]));
   }
+  r << line(RF_CB_LIBFABRIC && usable && hw != "verbs", "  libfabric",
+            RF_CB_LIBFABRIC ? "built; provider from RINGFOLD_OFI_PROVIDER / FI_PROVIDER or the first that fits"
+                            : "not built: libfabric-dev was not found");
 
   r << "\nAvailable reducers:\n";
   r << line(true, "CPU", "");

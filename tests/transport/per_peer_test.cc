@@ -76,7 +76,7 @@ TEST(PerPeerSelector, LocalBackendFromParams) {
     Policy::fromParams();
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='carrier-pigeon' is not unix or tcp"),
+    EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='carrier-pigeon' is not unix, tcp or rdma"),
               std::string::npos)
         << e.what();
   }

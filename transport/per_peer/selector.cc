@@ -8,6 +8,7 @@
 #include "common/params.h"
 #include "rendezvous/store.h"
 #include "transport/host_identity.h"
+#include "transport/rdma/fabric.h"
 
 namespace ringfold::transport::per_peer {
 
@@ -18,10 +19,36 @@ Policy Policy::fromParams() {
     p.local = "unix_uring";
   } else if (local == "tcp") {
     p.local = "tcp_uring";
+  } else if (local == "rdma") {
+    p.local = "rdma";
   } else {
-    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix or tcp");
+    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix, tcp or rdma");
   }
-  // PENDING(rdma): RINGFOLD_TRANSPORT=rdma probing lands with transport/rdma.
+  const std::string transport = params::kTransport.str();
+  bool rdma = transport == "rdma";
+  if (!params::kTransport.isSet()) {
+    // Unset: RDMA when the machine has it (or a fabric was named), TCP otherwise.
+    std::string why;
+    rdma = params::kRdmaFabric.isSet() || !rdma::hardwareFabric(why).empty();
+    if (!rdma) {
+      RF_LOG(kDebug) << "no RDMA hardware (" << why << "): peers on other hosts use tcp_uring";
+    }
+  }
+  if (rdma || p.local == "rdma") {
+    std::string why;
+    if (!rdma::fabricUsable(params::kRdmaFabric.str(), why)) {
+      if (p.local == "rdma") {
+        RF_LOG(kWarning) << params::kLocalTransport.name << "=rdma, but no fabric is usable here (" << why
+                         << "): ranks on this host are joined through Unix sockets";
+        p.local = "unix_uring";
+      }
+      p.remoteUnusable = why;
+    }
+  }
+  if (rdma) {
+    p.remote = "rdma";
+    p.fallback = "tcp_uring";
+  }
   return p;
 }
 
