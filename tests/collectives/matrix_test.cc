@@ -1,12 +1,18 @@
-// The full collective matrix over loopback (ranks as threads): every collective x dtype x op x
-// rank count {1,2,3,5,8} x count {0, 1, 7, odd, larger than a 4 KiB segment} x in/out of place,
-// run twice, bitwise against the sequential reference.
+// The full collective matrix (ranks as threads): every collective x dtype x op x rank count
+// {1,2,3,5,8} x count {0, 1, 7, odd, larger than a 4 KiB segment} x in/out of place, run twice,
+// bitwise against the sequential reference. collectives_test runs it over loopback;
+// collectives_rdma_test compiles it again with RF_MATRIX_RDMA_FAKE and runs it over the rdma
+// transport on its fake fabric: 1 KiB eager slots, so small messages go eagerly and segments by
+// rendezvous, 8 slots, so credits run out, and two lanes delivered out of order.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <tuple>
 
 #include "matrix.h"
+#ifdef RF_MATRIX_RDMA_FAKE
+#include "transport/rdma/fabric_fake.h"
+#endif
 
 namespace {
 
@@ -19,6 +25,33 @@ const std::vector<size_t> kAllreduceCounts = {0, 1, 7, 4097, 40001};
 // Per-rank counts (reduce-scatter recvCount, allgather sendCount, ...): 5001 > one segment.
 const std::vector<size_t> kBlockCounts = {0, 1, 7, 1025, 5001};
 
+#ifdef RF_MATRIX_RDMA_FAKE
+#define RF_MATRIX_SUITE RdmaFake
+class RdmaFakeEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("RINGFOLD_RDMA_FABRIC", "fake", 1);
+    setenv("RINGFOLD_RDMA_SLOT_BYTES", "1K", 1);
+    setenv("RINGFOLD_RDMA_SLOTS", "8", 1);
+    transport::rdma::fake::Faults faults;
+    faults.lanes = 2;
+    faults.ordered = false;
+    faults.reorder = true;
+    transport::rdma::fake::setFaults(faults);
+  }
+  void TearDown() override { transport::rdma::fake::clearFaults(); }
+};
+const auto* const kRdmaFake = ::testing::AddGlobalTestEnvironment(new RdmaFakeEnvironment);
+GroupOptions matrixGroup() {
+  GroupOptions g;
+  g.transport = "rdma";
+  return g;
+}
+#else
+#define RF_MATRIX_SUITE Loopback
+GroupOptions matrixGroup() { return GroupOptions{}; }
+#endif
+
 using Param = std::tuple<int, DataType>;
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
   return "ranks" + std::to_string(std::get<0>(info.param)) + "_" + dataTypeName(std::get<1>(info.param));
@@ -30,18 +63,18 @@ TEST_P(Reducing, Allreduce) {
   auto [n, t] = GetParam();
   FailureLog log;
   checkAllreduce(n, t, reduceCases(allOps(), kAllreduceCounts),
-                 {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}, GroupOptions{}, log);
+                 {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}, matrixGroup(), log);
   log.report();
 }
 
 TEST_P(Reducing, ReduceScatter) {
   auto [n, t] = GetParam();
   FailureLog log;
-  checkReduceScatter(n, t, reduceCases(allOps(), kBlockCounts), GroupOptions{}, log);
+  checkReduceScatter(n, t, reduceCases(allOps(), kBlockCounts), matrixGroup(), log);
   log.report();
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, Reducing,
+INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, Reducing,
                          ::testing::Combine(::testing::ValuesIn(kRankCounts), ::testing::ValuesIn(reducibleTypes())),
                          paramName);
 
@@ -50,32 +83,32 @@ class Copying : public ::testing::TestWithParam<Param> {};
 TEST_P(Copying, Allgather) {
   auto [n, t] = GetParam();
   FailureLog log;
-  checkAllgather(n, t, kBlockCounts, GroupOptions{}, log);
+  checkAllgather(n, t, kBlockCounts, matrixGroup(), log);
   log.report();
 }
 
 TEST_P(Copying, Allgatherv) {
   auto [n, t] = GetParam();
   FailureLog log;
-  checkAllgatherv(n, t, {0, 1, 7, 1025, 5001}, GroupOptions{}, log);
+  checkAllgatherv(n, t, {0, 1, 7, 1025, 5001}, matrixGroup(), log);
   log.report();
 }
 
 TEST_P(Copying, Broadcast) {
   auto [n, t] = GetParam();
   FailureLog log;
-  checkBroadcast(n, t, kAllreduceCounts, GroupOptions{}, log);
+  checkBroadcast(n, t, kAllreduceCounts, matrixGroup(), log);
   log.report();
 }
 
 TEST_P(Copying, Alltoall) {
   auto [n, t] = GetParam();
   FailureLog log;
-  checkAlltoall(n, t, {0, 1, 7, 1025}, GroupOptions{}, log);
+  checkAlltoall(n, t, {0, 1, 7, 1025}, matrixGroup(), log);
   log.report();
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, Copying,
+INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, Copying,
                          ::testing::Combine(::testing::ValuesIn(kRankCounts), ::testing::ValuesIn(allTypes())),
                          paramName);
 
@@ -99,18 +132,18 @@ TEST_P(Scaling, Allreduce) {
   for (DataType t : reducibleTypes()) {
     checkAllreduce(GetParam(), t, scaleCases(),
                    {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kAuto},
-                   GroupOptions{}, log);
+                   matrixGroup(), log);
   }
   log.report();
 }
 
 TEST_P(Scaling, ReduceScatter) {
   FailureLog log;
-  for (DataType t : reducibleTypes()) checkReduceScatter(GetParam(), t, scaleCases(), GroupOptions{}, log);
+  for (DataType t : reducibleTypes()) checkReduceScatter(GetParam(), t, scaleCases(), matrixGroup(), log);
   log.report();
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, Scaling, ::testing::ValuesIn(kRankCounts),
+INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, Scaling, ::testing::ValuesIn(kRankCounts),
                          [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
 
 }  // namespace
