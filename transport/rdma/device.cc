@@ -32,6 +32,11 @@ void Device::progress() { state_->progress(); }
 void Device::setWaitHook(std::function<void()> hook) { state_->setWaitHook(std::move(hook)); }
 void Device::shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { state_->shareMonitor(std::move(monitor)); }
 Stats Device::stats() const { return state_->stats(); }
+
+std::string Device::describe() const {
+  const Fabric* f = state_->fabricIfOpen();
+  return f == nullptr ? "" : std::string(f->kind()) + " " + f->describe();
+}
 Fabric* Device::fabric() const { return state_->fabricIfOpen(); }
 
 std::unique_ptr<transport::Device> createDevice(const Options& options) { return std::make_unique<Device>(options); }

@@ -61,6 +61,8 @@ class Device final : public transport::Device {
   explicit Device(const Options& options);
   ~Device() override;
   const char* name() const override { return "rdma"; }
+  // "<fabric kind> <what it runs on>", e.g. "ofi tcp;ofi_rxm on lo"; empty before connectAll.
+  std::string describe() const override;
   using transport::Device::connectAll;
   std::vector<std::unique_ptr<Connection>> connectAll(const ConnectSpec& spec) override;
   std::unique_ptr<transport::MemoryRegion> registerMemory(void* data, size_t size) override;

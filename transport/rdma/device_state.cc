@@ -178,7 +178,7 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
     peers_[p]->start(hello);
   }
   waitForHellos(selected, deadline);
-  RF_LOG(kDebug) << "rdma: rank " << rank_ << " connected to " << selected.size() << " peers over "
+  RF_LOG(kInfo) << "rdma: rank " << rank_ << " connected to " << selected.size() << " peers over "
                  << fabric_->describe() << " (" << fabric_->lanes() << " lanes, "
                  << (ordered_ ? "ordered" : "unordered") << ")";
   return out;
@@ -462,6 +462,18 @@ void DeviceState::onPeerAbort(int peer, ErrorKind kind, const std::string& messa
 
 void DeviceState::shutdown() noexcept {
   if (closed_) return;
+  if (fabric_) {
+    const Stats s = stats();
+    const uint64_t moved = s.bytesSent + s.bytesReceived;
+    RF_LOG(kInfo) << "rdma: rank " << rank_ << " sent " << s.bytesSent << " and received " << s.bytesReceived
+                  << " bytes, copied " << s.bytesCopied << " ("
+                  << (moved ? static_cast<double>(s.bytesCopied) / static_cast<double>(moved) : 0.0)
+                  << " per byte moved; staging " << s.stagingCopyBytes << ", out of slots " << s.receiveCopyBytes
+                  << ", out of buffers " << s.unexpectedCopyBytes << "); " << s.eagerMessages << " eager and "
+                  << s.rendezvousMessages << " rendezvous messages sent, " << s.bouncedMessages
+                  << " received through a bounce buffer; registrations " << s.regHits << " hits, " << s.regMisses
+                  << " misses";
+  }
   if (!poisoned()) poison(std::make_exception_ptr(Error("the rdma device was destroyed")));
   settled_ = true;  // no draining: the fabric's close ends every write, and no peer is waited on
   for (auto& p : peers_) {
