@@ -192,6 +192,8 @@ class Systems:
                 self.names.append("ringfold-unbound")
             if args.unix:
                 self.names.append("ringfold-unix")
+            if args.rdma:
+                self.names.append("ringfold-rdma")
         else:
             print(f"# ringfold skipped: {self.bench}/all_reduce_perf or {self.ringfoldrun} missing")
         if os.access(os.path.join(self.bench, "gloo_allreduce_perf"), os.X_OK):
@@ -229,13 +231,17 @@ class Systems:
             # The comparison is over TCP, as for Gloo and Open MPI: ringfold's default on one host
             # (Unix sockets between local ranks) is the separate 'ringfold-unix' system.
             base = name.startswith("base-")
-            local = "unix" if name.endswith("ringfold-unix") else "tcp"
+            # ringfold-rdma: the rdma transport between every pair, over libfabric's tcp;ofi_rxm.
+            local = "unix" if name.endswith("ringfold-unix") else "rdma" if name.endswith("ringfold-rdma") else "tcp"
+            env = {"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}
+            if local == "rdma":
+                env.update({"RINGFOLD_TRANSPORT": "rdma", "RINGFOLD_RDMA_FABRIC": "ofi",
+                            "RINGFOLD_OFI_PROVIDER": self.args.ofi_provider, "FI_TCP_IFACE": "lo"})
             launcher = os.path.join(self.base, "ringfoldrun") if base else self.ringfoldrun
             bench = os.path.join(self.base, "bench") if base else self.bench
             cmd = [launcher, "-np", str(nranks), "--bind-to", "none" if name.endswith("unbound") else "auto",
                    os.path.join(bench, "all_reduce_perf")] + args
-            return run_one(cmd, clean_env({"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}),
-                           self.args.timeout)
+            return run_one(cmd, clean_env(env), self.args.timeout)
         if name.startswith("gloo-"):
             store = tempfile.mkdtemp(prefix="rf_gloo_store.")
             try:
@@ -327,7 +333,8 @@ def loopback(args):
                  f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
                  f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix', "
                  f"ringfold's default on one host (Unix-domain sockets between the ranks), and "
-                 f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self).")
+                 f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self), and 'ringfold-rdma' "
+                 f"(ringfold's rdma transport between every pair, libfabric {args.ofi_provider}).")
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -347,6 +354,8 @@ def loopback(args):
             head.append("unix/MPI")
         if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
             head.append("unix/MPI shm")
+        if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
+            head.append("rdma/TCP")
         base_pairs = [x for x in systems.names if "base-" + x in systems.names]
         head += [f"{x}/base" for x in base_pairs]
         lines.append("| " + " | ".join(head) + " |")
@@ -369,6 +378,8 @@ def loopback(args):
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi"]), 2))
             if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi-shm"]), 2))
+            if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
+                cells.append(fmt(ratio(med["ringfold-rdma"], med["ringfold"]), 2))
             cells += [fmt(ratio(med[x], med["base-" + x]), 2) for x in base_pairs]
             lines.append("| " + " | ".join(cells) + " |")
     small = sizes[0]
@@ -573,6 +584,10 @@ def main():
     p.add_argument("--unix", action=argparse.BooleanOptionalAction, default=True,
                    help="also run each system's own same-host transport: ringfold over Unix sockets "
                         "(its default on one host) as 'ringfold-unix', Open MPI over shared memory as 'mpi-shm'")
+    p.add_argument("--rdma", action=argparse.BooleanOptionalAction, default=False,
+                   help="also run ringfold's rdma transport between every pair as 'ringfold-rdma' "
+                        "(libfabric, --ofi-provider; on one host a functional path, see docs/rdma.md)")
+    p.add_argument("--ofi-provider", default="tcp;ofi_rxm", help="libfabric provider of ringfold-rdma")
     p.add_argument("--only", default="", help="comma-separated system names to run (default: all found)")
     p.add_argument("--bind", default="auto,none",
                    help="ringfoldrun --bind-to values to run ringfold and Gloo with (loopback mode); "
