@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "transport/liveness/wait.h"
 #include "transport/rdma/protocol.h"
 #include "rendezvous/store.h"
 #include "transport/host_identity.h"
@@ -265,57 +266,28 @@ void DeviceState::block(Clock::duration slice) {
 }
 
 void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + timeout;
-  // Half way to the deadline, every peer hears which rank this one waits for.
-  Clock::time_point noticeAt = start + timeout / 2;
-  bool announced = false;
-  for (;;) {
-    if (hook_) hook_();
-    if (r.done) {
-      if (announced) monitor_->withdraw();  // a stale notice would misdirect blame
-      return;
+  // The steps of liveness::waitFor over this device's fabric.
+  struct Steps {
+    DeviceState& d;
+    RequestState& r;
+    void hook() {
+      if (d.hook_) d.hook_();
     }
-    if (poisoned()) throwPoison();
-    if (progress() > 0) continue;
-    Clock::time_point now = Clock::now();
-    const Clock::time_point spinEnd = std::min(now + tuning_.spin, deadline);
-    bool got = false;
-    while (now < spinEnd) {
-      if (hook_) hook_();
-      if (progress() > 0) {
-        got = true;
-        break;
-      }
-      // With more runnable threads than cores, the peer may need this core to answer.
-      sched_yield();
-      now = Clock::now();
+    bool done() const { return r.done; }
+    void throwIfPoisoned() {
+      if (d.poisoned()) d.throwPoison();
     }
-    if (got) continue;
-    if (now >= deadline) break;
-    if (now >= noticeAt) {
-      monitor_->announce(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
-      announced = true;
-      noticeAt = Clock::time_point::max();
-      continue;
+    unsigned progress() { return d.progress(); }
+    void block(Clock::duration slice) { d.block(slice); }
+    void afterAnnounce() {}
+    void withdraw() { d.monitor_->withdraw(); }
+    [[noreturn]] void timedOut(int culprit, const std::string& what) {
+      d.poisonIo(culprit, what);
+      d.throwPoison();
     }
-    block(std::min(deadline, noticeAt) - now);
-  }
-  progress();
-  if (r.done) {
-    if (announced) monitor_->withdraw();
-    return;
-  }
-  if (poisoned()) throwPoison();
-  const int peer = r.peer->rank();
-  std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
-                                    r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
-                                    r.isSend ? "to" : "from", " rank ", peer, ": ");
-  const int culprit = monitor_->blame(peer, what);
-  what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
-                                     : detail::concat(" (the caller's limit is ", seconds(timeout), " s)");
-  poisonIo(culprit, what);
-  throwPoison();
+  } steps{*this, r};
+  liveness::waitFor(steps, *monitor_, {r.peer->rank(), r.isSend, r.length, r.tag}, tuning_.spin, timeout,
+                    tuning_.timeout);
 }
 
 // ---- registrations and requests -------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "transport/liveness/wait.h"
 #include "transport/tcp_uring/connection.h"
 #include "transport/tcp_uring/peer_link.h"
 #include "transport/tcp_uring/kernel_view.h"
@@ -148,67 +149,35 @@ void DeviceState::withdrawNotice() {
 }
 
 void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + timeout;
-  // Half way to the deadline, every peer hears which rank this one waits for (see frame.h).
-  Clock::time_point noticeAt = start + timeout / 2;
-  bool announced = false;
-  for (;;) {
-    if (hook_) hook_();
-    if (r.done) {
-      if (announced) withdrawNotice();  // a stale notice would misdirect blame
-      return;
+  // The steps of liveness::waitFor over this device's io_uring.
+  struct Steps {
+    DeviceState& d;
+    RequestState& r;
+    void hook() {
+      if (d.hook_) d.hook_();
     }
-    if (poisoned()) throwPoison();
-    if (progress() > 0) continue;
-    Clock::time_point now = Clock::now();
-    const Clock::time_point spinEnd = std::min(now + tuning_.spin, deadline);
-    bool got = false;
-    while (now < spinEnd) {
-      if (hook_) hook_();
-      if (progress() > 0) {
-        got = true;
-        break;
+    bool done() const { return r.done; }
+    void throwIfPoisoned() {
+      if (d.poisoned()) d.throwPoison();
+    }
+    unsigned progress() { return d.progress(); }
+    void block(Clock::duration slice) {
+      // With a hook (a composite device driving its other backends), block in slices.
+      if (d.hook_) slice = std::min<Clock::duration>(slice, kHookSlice);
+      int ret = d.uring_->wait(slice);
+      if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+        d.poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
       }
-      // On a machine with more runnable threads than cores (the peer may be the one waiting
-      // for this core) spinning without yielding only delays the message being waited for.
-      sched_yield();
-      now = Clock::now();
     }
-    if (got) continue;
-    if (now >= deadline) break;
-    if (now >= noticeAt) {
-      monitor_->announce(r.peer->rank(), std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
-      uring_->submit();
-      announced = true;
-      noticeAt = Clock::time_point::max();
-      continue;
+    void afterAnnounce() { d.uring_->submit(); }
+    void withdraw() { d.withdrawNotice(); }
+    [[noreturn]] void timedOut(int culprit, const std::string& what) {
+      d.poisonIo(culprit, what);
+      d.throwPoison();
     }
-    Clock::duration slice = std::min(deadline, noticeAt) - now;
-    // With a hook (a composite device driving its other backends), block in slices.
-    if (hook_) slice = std::min<Clock::duration>(slice, kHookSlice);
-    int ret = uring_->wait(slice);
-    if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-      poisonIo(r.peer->rank(), detail::concat("io_uring wait failed: ", std::strerror(-ret)));
-    }
-  }
-  progress();
-  if (r.done) {
-    if (announced) withdrawNotice();
-    return;
-  }
-  if (poisoned()) throwPoison();
-  const int peer = r.peer->rank();
-  std::string what = detail::concat("timed out after ", seconds(Clock::now() - start), " s ",
-                                    r.isSend ? "sending " : "waiting for ", r.length, " bytes (tag ", r.tag, ") ",
-                                    r.isSend ? "to" : "from", " rank ", peer, ": ");
-  const int culprit = monitor_->blame(peer, what);
-  // Name the setting only when it is the limit that ran out: a caller may pass its own (the
-  // benches' -T, a test's communicator timeout).
-  what += timeout == tuning_.timeout ? detail::concat(" (", params::kTimeout.name, " is ", seconds(timeout), " s)")
-                                     : detail::concat(" (the caller's limit is ", seconds(timeout), " s)");
-  poisonIo(culprit, what);
-  throwPoison();
+  } steps{*this, r};
+  liveness::waitFor(steps, *monitor_, {r.peer->rank(), r.isSend, r.length, r.tag}, tuning_.spin, timeout,
+                    tuning_.timeout);
 }
 
 void DeviceState::shareMonitor(std::shared_ptr<liveness::Monitor> monitor) {
