@@ -9,11 +9,7 @@
 #include <cstring>
 #include <thread>
 
-#include "rendezvous/hash_store.h"
-#include "tcp_test_util.h"
-#include "transport/memory_region.h"
-#include "transport/rdma/device.h"
-#include "transport/rdma/fabric_fake.h"
+#include "rdma_test_util.h"
 #include "transport/rdma/wire.h"
 
 namespace ringfold::test {
@@ -26,57 +22,10 @@ using transport::PlainMemoryRegion;
 using transport::Request;
 using Clock = std::chrono::steady_clock;
 
-#define RDMA_ENV                                                                                 \
-  EnvGuard env {                                                                                 \
-    {"RINGFOLD_RDMA_SLOT_BYTES", "4096"}, {"RINGFOLD_RDMA_SLOTS", "8"}, {"RINGFOLD_RDMA_CHUNK_BYTES", "64K"} \
-  }
-
-struct FaultGuard {
-  explicit FaultGuard(const fake::Faults& f = {}) { fake::setFaults(f); }
-  ~FaultGuard() { fake::clearFaults(); }
-};
-
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  PlainMemoryRegion region;
-  explicit Buffer(size_t n) : bytes(n), region(bytes.data(), n) {}
-  Buffer(uint64_t seed, size_t n) : bytes(patterned(seed, n)), region(bytes.data(), n) {}
-};
-
-struct RunOptions {
-  std::chrono::milliseconds connectTimeout{1000};
-  // On an error a rank aborts, as a communicator does, so its peers fail at once.
-  bool abortOnError = true;
-};
-
-// Ranks as threads, each an rdma Device over its own fake endpoint.
-std::vector<std::exception_ptr> runRdma(int size, const std::function<void(Rank&)>& body, RunOptions o = {}) {
-  rendezvous::HashStore store;
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<transport::Device> device;
-      try {
-        rdma::Options options;
-        options.opened = fake::open(r, size);
-        device = rdma::createDevice(options);
-        auto peers = device->connectAll(store, "f", r, size, o.connectTimeout);
-        Rank rank{r, size, *device, peers};
-        body(rank);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        if (device && o.abortOnError) {
-          std::string text;
-          int peer;
-          transport::ErrorKind kind = transport::describeError(errors[r], text, peer);
-          device->abort(kind, text);
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+// Fault runs: a short connect, and a failing rank aborts as a communicator would.
+std::vector<std::exception_ptr> runRdma(int size, const std::function<void(Rank&)>& body,
+                                        RunOptions o = RunOptions{std::chrono::milliseconds(1000), true}) {
+  return runRdmaRanks(size, body, o);
 }
 
 // Every rank finished cleanly or failed with an IoError naming another rank.

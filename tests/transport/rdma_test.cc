@@ -10,6 +10,7 @@
 #include <thread>
 #include <tuple>
 
+#include "rdma_test_util.h"
 #include "rendezvous/hash_store.h"
 #include "tcp_test_util.h"
 #include "transport/liveness/monitor.h"
@@ -29,26 +30,8 @@ using transport::PlainMemoryRegion;
 using transport::Request;
 using Clock = std::chrono::steady_clock;
 
-// Small rings and chunks, so that credits run out and transfers cut into many chunks.
-constexpr size_t kSlotBytes = 4096;
+constexpr size_t kSlotBytes = kRdmaSlotBytes;
 constexpr size_t kCap = kSlotBytes - 64;  // the largest eager message
-#define RDMA_ENV                                                                                 \
-  EnvGuard env {                                                                                 \
-    {"RINGFOLD_RDMA_SLOT_BYTES", "4096"}, {"RINGFOLD_RDMA_SLOTS", "8"}, {"RINGFOLD_RDMA_CHUNK_BYTES", "64K"} \
-  }
-
-// Faults for one test (network-wide), cleared at its end.
-struct FaultGuard {
-  explicit FaultGuard(const fake::Faults& f = {}) { fake::setFaults(f); }
-  ~FaultGuard() { fake::clearFaults(); }
-};
-
-struct Buffer {
-  std::vector<uint8_t> bytes;
-  PlainMemoryRegion region;
-  explicit Buffer(size_t n) : bytes(n), region(bytes.data(), n) {}
-  Buffer(uint64_t seed, size_t n) : bytes(patterned(seed, n)), region(bytes.data(), n) {}
-};
 
 struct Flag {
   std::atomic<bool> up{false};
@@ -62,28 +45,8 @@ struct Flag {
 
 rdma::Device& rdmaOf(Rank& me) { return dynamic_cast<rdma::Device&>(me.device); }
 
-// Runs `body` on `size` threads, each with an rdma Device over its own fake endpoint.
-std::vector<std::exception_ptr> runRdma(int size, const std::function<void(Rank&)>& body,
-                                        std::chrono::milliseconds connectTimeout = 20s) {
-  rendezvous::HashStore store;
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        rdma::Options o;
-        o.opened = fake::open(r, size);
-        auto device = rdma::createDevice(o);
-        auto peers = device->connectAll(store, "t", r, size, connectTimeout);
-        Rank rank{r, size, *device, peers};
-        body(rank);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+std::vector<std::exception_ptr> runRdma(int size, const std::function<void(Rank&)>& body) {
+  return runRdmaRanks(size, body, RunOptions{});
 }
 
 void waitAll(std::vector<std::unique_ptr<Request>>& reqs, std::chrono::milliseconds timeout = 20s) {
