@@ -212,12 +212,24 @@ void DeviceState::dispatch(const Completion& c) {
     peers_[c.peer]->onImmediate(c.imm);
     return;
   }
-  const int peer = contextPeer(c.context);
-  if (peer >= static_cast<int>(peers_.size()) || !peers_[peer]) return;
   std::string error;
   if (c.type == Completion::Type::kError) {
     error = c.error.empty() ? "error completion" : c.error;
   }
+  const WriteKind kind = contextKind(c.context);
+  if (kind < WriteKind::kSlotHeader || kind > WriteKind::kCredits) {
+    // Not one of this device's writes: an error the fabric saw on a link (a QP that failed) or on
+    // the device itself (a port that went down).
+    if (c.type != Completion::Type::kError) return;
+    if (c.peer >= 0 && c.peer < static_cast<int>(peers_.size()) && peers_[c.peer]) {
+      peers_[c.peer]->linkFailed(error);
+    } else {
+      poisonIo(rank_, detail::concat("the RDMA device of rank ", rank_, " failed: ", error));
+    }
+    return;
+  }
+  const int peer = contextPeer(c.context);
+  if (peer >= static_cast<int>(peers_.size()) || !peers_[peer]) return;
   peers_[peer]->onWriteDone(contextKind(c.context), contextIndex(c.context),
                             c.type == Completion::Type::kError ? &error : nullptr);
 }

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "transport/host_identity.h"
+#include "transport/liveness/process.h"
 #include "transport/rdma/device_state.h"
 #include "transport/rdma/protocol.h"
 
@@ -668,7 +669,18 @@ void Peer::writeFailed(const std::string& error, bool pendingWork) {
 
 void Peer::poisonGone() {
   if (device_.poisoned()) return;
-  device_.poisonIo(rank_, detail::concat("RDMA write to rank ", rank_, " failed: ", goneText_));
+  // What /proc says of the peer's process, where this rank can look (same host), as over TCP.
+  std::string process;
+  if (pid_ > 0) {
+    const std::string who = detail::concat("the process of rank ", rank_, " (pid ", pid_, ")");
+    switch (liveness::processState(pid_, std::chrono::milliseconds(500))) {
+      case liveness::ProcessState::kExited: process = ": " + who + " exited"; break;
+      case liveness::ProcessState::kStopped: process = ": " + who + " is stopped (SIGSTOP, or a debugger)"; break;
+      case liveness::ProcessState::kRunning: process = ": " + who + " is still running, so the link to it failed"; break;
+      case liveness::ProcessState::kUnknown: break;
+    }
+  }
+  device_.poisonIo(rank_, detail::concat("RDMA write to rank ", rank_, " failed: ", goneText_, process));
 }
 
 bool Peer::hasPendingWork() const {

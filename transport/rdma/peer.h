@@ -89,6 +89,8 @@ class Peer {
   bool abortsPending() const { return abortsPending_ > 0; }
 
   // ---- failure ----
+  // The fabric reported the link to this peer failed (no write of ours named): as a failed write.
+  void linkFailed(const std::string& error) { writeFailed(error, false); }
   // Writes from the caller's memory not completed (posted or queued): settling waits for them.
   bool busy() const;
   void onPoison();        // drops queued sends that have no ring position yet, and chunks not posted
