@@ -68,5 +68,38 @@ TEST_F(RdmaVerbsJob, KilledRankIsNamed) {
   victimScenario(1, false, AllreduceAlgorithm::kRing, verbsEnvironment("eth", "1"));
 }
 
+// Rank 2's port goes down in the middle of allreduces (the double raises IBV_EVENT_PORT_ERR and
+// stops its traffic): an error that names no write. Rank 2 fails naming its own device; its abort
+// cannot leave through a dead port, so the others time out on it and name it.
+TEST_F(RdmaVerbsJob, PortDownFailsEveryRank) {
+  auto base = verbsEnvironment("eth", "1");
+  Job job(
+      [](Communicator& comm, auto& say) {
+        std::vector<float> buf(1 << 16, 1.0f);
+        for (;;) {
+          AllreduceOptions o;
+          o.sendbuf = o.recvbuf = buf.data();
+          o.count = buf.size();
+          try {
+            allreduce(comm, o);
+          } catch (const Error& e) {
+            return say(std::string("error ") + e.what());
+          }
+        }
+      },
+      "4", [base](int r) {
+        base(r);
+        if (r == 2) setenv("VERBS_DOUBLE_PORT_DOWN_AFTER_MS", "1500", 1);
+      });
+  job.collect({0, 1, 2, 3}, 30s);
+  for (int r = 0; r < kRanks; ++r) {
+    const Report& rep = job.reports[r];
+    ASSERT_TRUE(rep.done) << "rank " << r;
+    EXPECT_EQ(rep.line.rfind("error ", 0), 0u) << "rank " << r << ": " << rep.line;
+    EXPECT_NE(rep.line.find(r == 2 ? "the RDMA device of rank 2 failed" : "rank 2 sent nothing"), std::string::npos)
+        << "rank " << r << ": " << rep.line;
+  }
+}
+
 }  // namespace
 }  // namespace ringfold::test
