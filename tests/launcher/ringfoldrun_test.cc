@@ -66,6 +66,17 @@ TEST(Ringfoldrun, UsageErrorsExitTwoNamingTheArgument) {
   EXPECT_TRUE(contains(version.out, "ringfoldrun")) << version.out;
 }
 
+// --check-build names the rdma fabric this host would use, or why there is none (this machine has
+// no RDMA hardware: the report must say so, and name libfabric's software path when it is built).
+TEST(Ringfoldrun, CheckBuildSaysWhichRdmaFabricThisHostWouldUse) {
+  Finished f = run(launcher({"--check-build"}), 30s);
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "] rdma ")) << f.out;
+  EXPECT_TRUE(contains(f.out, "RDMA hardware")) << f.out;
+  EXPECT_TRUE(contains(f.out, "  ibverbs")) << f.out;
+  EXPECT_TRUE(contains(f.out, "  libfabric")) << f.out;
+}
+
 TEST(Ringfoldrun, CommandThatCannotRunExits127) {
   Finished f = run(launcher({"-np", "2", "/nonexistent/ringfold-no-such-program"}), 10s);
   EXPECT_EQ(f.exitCode, 127);
