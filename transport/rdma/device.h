@@ -9,7 +9,8 @@
 //   device_state.{h,cc}      DeviceState, shared by the three: start-up, progress, wait, failure
 //   peer.{h,cc}              the protocol with one peer (rings, credits, matching, rendezvous)
 //   protocol.h, wire.h       the protocol in prose, and its wire format
-//   fabric*.{h,cc}           the Fabric interface and its implementations
+//   fabric*.{h,cc}           the Fabric interface and its implementations (verbs_*: the verbs
+//                            fabric's symbol table, pure decisions, device and port)
 //
 // Contract (rdma::Device): as transport::Device. connectAll opens the fabric for (rank, size)
 // unless Options gave an open one, connects the selected peers (none selected: no fabric is

@@ -1,5 +1,6 @@
 // fabric_verbs: the Fabric (fabric.h) over ibverbs reliable-connected queue pairs, with
-// libibverbs.so.1 dlopen'ed (verbs_api.h) and every pure decision in verbs_config.h.
+// libibverbs.so.1 dlopen'ed (verbs_api.h), every pure decision in verbs_config.h, and the choice
+// of device and port in verbs_device.h.
 //
 // What open() builds: on the first (device, port) that RINGFOLD_IB_HCA allows, that is ACTIVE
 // and whose link layer is InfiniBand or Ethernet (RoCE): one context, one protection domain, one
