@@ -80,16 +80,16 @@ TEST_F(RdmaProcesses, RankWithoutAFabricIsJoinedOverTcp) {
 // and the WAITING notices (a frozen process's NIC would keep acknowledging); survivors name the
 // rank and what /proc says of its process, as over TCP.
 TEST_F(RdmaProcesses, KilledRankIsNamedRing) {
-  victimScenario(1, false, AllreduceAlgorithm::kRing, rdmaEnvironment(), 8.0);
+  victimScenario(1, false, AllreduceAlgorithm::kRing, rdmaEnvironment());
 }
 TEST_F(RdmaProcesses, KilledRankIsNamedDirect) {
-  victimScenario(2, false, AllreduceAlgorithm::kDirect, rdmaEnvironment(), 8.0);
+  victimScenario(2, false, AllreduceAlgorithm::kDirect, rdmaEnvironment());
 }
 TEST_F(RdmaProcesses, FrozenRankIsNamedRing) {
-  victimScenario(2, true, AllreduceAlgorithm::kRing, rdmaEnvironment(), 8.0);
+  victimScenario(2, true, AllreduceAlgorithm::kRing, rdmaEnvironment());
 }
 TEST_F(RdmaProcesses, FrozenRankIsNamedDirect) {
-  victimScenario(1, true, AllreduceAlgorithm::kDirect, rdmaEnvironment(), 8.0);
+  victimScenario(1, true, AllreduceAlgorithm::kDirect, rdmaEnvironment());
 }
 
 }  // namespace

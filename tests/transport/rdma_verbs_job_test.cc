@@ -65,7 +65,7 @@ TEST_F(RdmaVerbsJob, CollectivesOverRoCE) { collectivesOverVerbs("eth", "1"); }
 TEST_F(RdmaVerbsJob, CollectivesOverInfiniBandTwoQpsPerPeer) { collectivesOverVerbs("ib", "2"); }
 
 TEST_F(RdmaVerbsJob, KilledRankIsNamed) {
-  victimScenario(1, false, AllreduceAlgorithm::kRing, verbsEnvironment("eth", "1"), 8.0);
+  victimScenario(1, false, AllreduceAlgorithm::kRing, verbsEnvironment("eth", "1"));
 }
 
 // Rank 2's port goes down in the middle of allreduces (the double raises IBV_EVENT_PORT_ERR and

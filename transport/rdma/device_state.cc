@@ -383,8 +383,9 @@ bool DeviceState::anyBusy() const {
 }
 
 bool DeviceState::abortsSent() const {
-  for (auto& p : peers_) {
-    if (p && p->abortsPending()) return false;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (static_cast<int>(i) == silentPeer_) continue;
+    if (peers_[i] && peers_[i]->abortsPending()) return false;
   }
   return true;
 }
@@ -429,7 +430,13 @@ void DeviceState::abandon(RequestState& r) noexcept {
 void DeviceState::abort(ErrorKind kind, const std::string& message) {
   if (monitor_->aborted(*this) || closed_) return;
   RF_LOG(kDebug) << "rdma: rank " << rank_ << " aborting: " << message;
-  if (poisoned()) settle();
+  if (poisoned()) {
+    // A rank this device failed on (a timeout's culprit, a failed link) may be dead: its fabric
+    // never completes a write to it, so the abort is not waited for there (it still goes).
+    std::string text;
+    describeError(poison_, text, silentPeer_);
+    settle();
+  }
   std::exception_ptr error = monitor_->abort(*this, kind, message);  // queues a kAbort to every peer
   if (fabric_) {
     drainUntil(std::min<std::chrono::milliseconds>(tuning_.timeout, std::chrono::milliseconds(2000)),

@@ -106,7 +106,7 @@ class DeviceState final : private liveness::Links {
   // Waits for a completion (or `slice`) without spinning; returns at once if one may be pending.
   void block(std::chrono::steady_clock::duration slice);
   bool anyBusy() const;
-  bool abortsSent() const;
+  bool abortsSent() const;  // to every peer but silentPeer_
   bool drainUntil(std::chrono::milliseconds budget, bool (DeviceState::*done)() const);
   bool idle() const { return !anyBusy(); }
   void waitForHellos(const std::vector<int>& peers, std::chrono::steady_clock::time_point deadline);
@@ -123,6 +123,7 @@ class DeviceState final : private liveness::Links {
   std::unique_ptr<RegistrationCache> cache_;
   std::vector<std::unique_ptr<Peer>> peers_;
   int rank_ = -1;
+  int silentPeer_ = -1;  // the peer the poison error names, when abort() follows it
   bool connected_ = false;
   std::exception_ptr poison_;
   bool settled_ = false;
