@@ -47,6 +47,9 @@ struct RingAddress {
   uint32_t slotBytes = 0;
 };
 
+// Page-aligned, zeroed memory for rings, staging areas and bounce buffers (std::free it).
+std::byte* allocatePages(size_t bytes);
+
 class Peer {
  public:
   Peer(DeviceState& device, int rank);
