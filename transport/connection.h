@@ -52,6 +52,11 @@ class CheckMismatch : public MismatchError {
   uint64_t expectedCheck, actualCheck;
 };
 
+// Throws InvalidArgument naming `what` ("isend", "irecv") unless [offset, offset + length) lies
+// inside `region` and, when length > 0, the region has memory. Every backend checks its requests
+// with it.
+void checkRange(const MemoryRegion& region, size_t offset, size_t length, const char* what);
+
 class Connection {
  public:
   virtual ~Connection() = default;

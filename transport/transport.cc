@@ -24,6 +24,14 @@ CheckMismatch::CheckMismatch(int peer, uint64_t t, size_t expLen, size_t actLen,
       expectedCheck(expCheck),
       actualCheck(actCheck) {}
 
+void checkRange(const MemoryRegion& region, size_t offset, size_t length, const char* what) {
+  if (offset > region.size() || length > region.size() - offset) {
+    RF_THROW(InvalidArgument, what, ": bytes [", offset, ", ", offset + length, ") lie outside the region of ",
+             region.size(), " bytes");
+  }
+  if (length > 0 && region.data() == nullptr) RF_THROW(InvalidArgument, what, ": region has no memory");
+}
+
 void throwError(ErrorKind kind, int peerRank, const std::string& message) {
   switch (kind) {
     case ErrorKind::kMismatch: throw MismatchError(message);

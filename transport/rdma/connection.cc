@@ -26,18 +26,6 @@ bool RdmaRequest::test() {
 
 void RdmaRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
 
-namespace {
-
-void checkRange(const transport::MemoryRegion& region, size_t offset, size_t length, const char* what) {
-  if (offset > region.size() || length > region.size() - offset) {
-    RF_THROW(InvalidArgument, what, ": bytes [", offset, ", ", offset + length, ") lie outside the region of ",
-             region.size(), " bytes");
-  }
-  if (length > 0 && region.data() == nullptr) RF_THROW(InvalidArgument, what, ": region has no memory");
-}
-
-}  // namespace
-
 std::unique_ptr<RdmaRequest> RdmaConnection::start(const transport::MemoryRegion& region, size_t offset, size_t length,
                                                    uint64_t tag, uint64_t check, bool isSend) {
   checkRange(region, offset, length, isSend ? "isend" : "irecv");
