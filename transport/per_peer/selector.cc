@@ -58,28 +58,40 @@ std::string selectionHostId() {
   return id.empty() ? "-" : id;
 }
 
-std::vector<std::string> exchangeHostIds(rendezvous::Store& store, const std::string& prefix, int rank, int size,
-                                         const std::string& myHost, std::chrono::milliseconds timeout) {
-  auto keyOf = [&](int r) { return detail::concat(prefix, "/host/", r); };
-  store.setString(keyOf(rank), myHost);
+namespace {
+
+// Publishes `mine` under "<prefix>/<key>/<rank>" and returns every rank's word (by rank); throws
+// TimeoutError naming the rank whose `what` did not appear within `timeout`.
+std::vector<std::string> exchange(rendezvous::Store& store, const std::string& prefix, const char* key,
+                                  const char* what, int rank, int size, const std::string& mine,
+                                  std::chrono::milliseconds timeout) {
+  auto keyOf = [&](int r) { return detail::concat(prefix, "/", key, "/", r); };
+  store.setString(keyOf(rank), mine);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<std::string> hosts(size);
+  std::vector<std::string> words(size);
   for (int r = 0; r < size; ++r) {
     if (r == rank) {
-      hosts[r] = myHost;
+      words[r] = mine;
       continue;
     }
     const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    deadline - std::chrono::steady_clock::now()),
                                std::chrono::milliseconds(0));
     try {
-      hosts[r] = store.getString(keyOf(r), left);
+      words[r] = store.getString(keyOf(r), left);
     } catch (const TimeoutError&) {
-      RF_THROW(TimeoutError, "rank ", r, " did not publish its host identity (", keyOf(r), ") within ",
-               timeout.count(), " ms");
+      RF_THROW(TimeoutError, "rank ", r, " did not publish its ", what, " (", keyOf(r), ") within ", timeout.count(),
+               " ms");
     }
   }
-  return hosts;
+  return words;
+}
+
+}  // namespace
+
+std::vector<std::string> exchangeHostIds(rendezvous::Store& store, const std::string& prefix, int rank, int size,
+                                         const std::string& myHost, std::chrono::milliseconds timeout) {
+  return exchange(store, prefix, "host", "host identity", rank, size, myHost, timeout);
 }
 
 std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds, int rank, const Policy& policy) {
@@ -99,22 +111,8 @@ std::vector<std::string> assignBackends(const std::vector<std::string>& hostIds,
 std::vector<std::string> exchangeRemoteCapabilities(rendezvous::Store& store, const std::string& prefix, int rank,
                                                     int size, const Policy& policy,
                                                     std::chrono::milliseconds timeout) {
-  auto keyOf = [&](int r) { return detail::concat(prefix, "/remote/", r); };
-  store.setString(keyOf(rank), policy.remoteUnusable.empty() ? policy.remote : "-" + policy.remoteUnusable);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<std::string> words(size);
-  for (int r = 0; r < size; ++r) {
-    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()),
-                               std::chrono::milliseconds(0));
-    try {
-      words[r] = store.getString(keyOf(r), left);
-    } catch (const TimeoutError&) {
-      RF_THROW(TimeoutError, "rank ", r, " did not publish its transport (", keyOf(r), ") within ", timeout.count(),
-               " ms");
-    }
-  }
-  return words;
+  const std::string mine = policy.remoteUnusable.empty() ? policy.remote : "-" + policy.remoteUnusable;
+  return exchange(store, prefix, "remote", "transport", rank, size, mine, timeout);
 }
 
 Policy applyFallback(std::vector<std::string>& backends, const std::vector<std::string>& capabilities, int rank,
