@@ -104,8 +104,11 @@ std::string checkBuildReport(const std::string& version) {
   auto ib = listDir("/sys/class/infiniband");
   std::string hwWhy;
   const std::string hw = transport::rdma::hardwareFabric(hwWhy);
-  std::string anyWhy;
-  const bool usable = transport::rdma::fabricUsable("auto", anyWhy);
+  // "auto" without probing the hardware again: it is usable when the probe found some, else when
+  // a libfabric provider opens.
+  std::string ofiWhy;
+  const bool usable = !hw.empty() || transport::rdma::fabricUsable("ofi", ofiWhy);
+  const std::string anyWhy = hwWhy + "; " + ofiWhy;
   r << line(usable, "rdma",
             !hw.empty() ? "RDMA hardware: the " + hw + " fabric; used by default between hosts"
             : usable    ? "no RDMA hardware (" + hwWhy + "); RINGFOLD_TRANSPORT=rdma runs libfabric's software provider"

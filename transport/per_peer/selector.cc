@@ -26,17 +26,21 @@ Policy Policy::fromParams() {
   }
   const std::string transport = params::kTransport.str();
   bool rdma = transport == "rdma";
+  std::string hardware;  // what the probe found, when it ran: it runs once per start-up
   if (!params::kTransport.isSet()) {
     // Unset: RDMA when the machine has it (or a fabric was named), TCP otherwise.
     std::string why;
-    rdma = params::kRdmaFabric.isSet() || !rdma::hardwareFabric(why).empty();
+    hardware = rdma::hardwareFabric(why);
+    rdma = params::kRdmaFabric.isSet() || !hardware.empty();
     if (!rdma) {
       RF_LOG(kDebug) << "no RDMA hardware (" << why << "): peers on other hosts use tcp_uring";
     }
   }
   if (rdma || p.local == "rdma") {
+    const std::string fabric = params::kRdmaFabric.str();
+    const bool found = !hardware.empty() && (fabric == "auto" || fabric == hardware);
     std::string why;
-    if (!rdma::fabricUsable(params::kRdmaFabric.str(), why)) {
+    if (!found && !rdma::fabricUsable(fabric, why)) {
       if (p.local == "rdma") {
         RF_LOG(kWarning) << params::kLocalTransport.name << "=rdma, but no fabric is usable here (" << why
                          << "): ranks on this host are joined through Unix sockets";
