@@ -244,10 +244,9 @@ unsigned DeviceState::progress() {
     n += static_cast<unsigned>(std::max(got, 0));
     if (got < 32) break;
   }
-  const Clock::time_point bounceBefore = Clock::now() - kBounceAfter;
   for (auto& p : peers_) {
     if (!p) continue;
-    p->bounceUnexpected(bounceBefore);
+    p->bounceUnexpected(kBounceAfter);
     p->flush();
   }
   return n;
@@ -258,11 +257,10 @@ void DeviceState::block(Clock::duration slice) {
     std::this_thread::sleep_for(std::min<Clock::duration>(slice, kSleepSlice));
     return;
   }
-  const Clock::time_point now = Clock::now();
   for (auto& p : peers_) {
     if (!p) continue;
-    p->returnCredits();        // the peer may be waiting for them (protocol.h)
-    p->bounceUnexpected(now);  // and for a receive this rank has not posted (protocol.h, bounce)
+    p->returnCredits();                      // the peer may be waiting for them (protocol.h)
+    p->bounceUnexpected(Clock::duration(0));  // and for a receive this rank has not posted (bounce)
   }
   slice = std::min<Clock::duration>(slice, hook_ ? Clock::duration(kHookSlice) : Clock::duration(kBlockSlice));
   if (slice <= Clock::duration::zero() || !fabric_->armWait()) return;

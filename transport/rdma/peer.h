@@ -81,10 +81,11 @@ class Peer {
   void onWriteDone(WriteKind kind, uint32_t index, const std::string* error);
   unsigned flush();
   void returnCredits();  // every unreturned credit now (before this rank blocks)
-  // Takes every request to send that has waited unmatched since before `arrivedBefore` into a
+  // Takes every request to send that has waited unmatched for longer than `minAge` into a
   // buffer of this rank's (protocol.h, "bounce"), so that its sender can complete; the device
-  // calls it with now before it blocks, and with now - kBounceAfter from progress().
-  void bounceUnexpected(std::chrono::steady_clock::time_point arrivedBefore);
+  // calls it with 0 before it blocks, and with kBounceAfter from progress(). Reads the clock only
+  // when such a request waits.
+  void bounceUnexpected(std::chrono::steady_clock::duration minAge);
 
   // ---- liveness (liveness::Links, through DeviceState) ----
   void queueNotice(const liveness::Notice& notice);

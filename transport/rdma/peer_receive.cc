@@ -182,8 +182,9 @@ void Peer::postRecv(RequestState& r) {
   }
 }
 
-void Peer::bounceUnexpected(std::chrono::steady_clock::time_point arrivedBefore) {
+void Peer::bounceUnexpected(std::chrono::steady_clock::duration minAge) {
   if (unexpectedRts_ == 0 || gone_ || device_.poisoned()) return;
+  const auto arrivedBefore = std::chrono::steady_clock::now() - minAge;
   for (Inbound& m : unexpected_) {
     if (m.header.type != typeOf(SlotType::kRts) || m.bounce != kNoId || m.arrived >= arrivedBefore) continue;
     Buffer b;
