@@ -89,11 +89,7 @@ std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceC
     RF_THROW(InvalidArgument, "transport '", name, "' was not built (liburing was not found at build time)");
 #endif
   }
-  if (name == "rdma") {
-    rdma::Options options;
-    options.fabric = params::kRdmaFabric.str();
-    return rdma::createDevice(options);
-  }
+  if (name == "rdma") return rdma::createDevice();  // the fabric RINGFOLD_RDMA_FABRIC names
   RF_THROW(InvalidArgument, params::kTransport.name, "='", name,
            "' is not a transport; use tcp_uring, rdma or loopback");
 }
