@@ -22,28 +22,13 @@
 #include <vector>
 
 #include "common/error.h"
+#include "fabric_pair.h"
 #include "transport/rdma/fabric_verbs.h"
 
 namespace ringfold::transport::rdma {
 namespace {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-using Type = Completion::Type;
-
-constexpr auto kWait = 10s;
-constexpr auto kTestDeadline = 30s;
-
-#define CHILD_CHECK(cond, ...)                                                                                   \
-  do {                                                                                                           \
-    if (!(cond))                                                                                                 \
-      throw std::runtime_error(detail::concat(__FILE__, ":", __LINE__, ": " #cond " " __VA_OPT__(, ) __VA_ARGS__)); \
-  } while (0)
-
-std::string show(const Completion& c) {
-  const char* t = c.type == Type::kWriteDone ? "kWriteDone" : c.type == Type::kImmediate ? "kImmediate" : "kError";
-  return detail::concat(t, "{peer ", c.peer, ", imm ", c.imm, ", context ", c.context, ", '", c.error, "'}");
-}
+using namespace pairtest;
 
 // Where the process's libibverbs.so.1 comes from; the test is meaningless on another library.
 std::string loadedVerbsLibrary() {
@@ -63,75 +48,6 @@ std::string loadedVerbsLibrary() {
       FAIL() << "libibverbs.so.1 resolves to " << lib_ << ", not the double: run through ctest, or with " \
              << "LD_LIBRARY_PATH=" << VERBS_DOUBLE_DIR;                                                   \
   } while (0)
-
-struct Rank {
-  int rank = 0, peer = 1, channel = -1;
-  std::unique_ptr<Fabric> fabric;
-  std::deque<Completion> got;
-
-  void pump() {
-    Completion c[16];
-    int n = fabric ? fabric->poll(c, 16) : 0;
-    for (int i = 0; i < n; ++i) got.push_back(std::move(c[i]));
-  }
-  void send(const std::string& text) {
-    uint32_t len = static_cast<uint32_t>(text.size());
-    std::string frame(reinterpret_cast<const char*>(&len), 4);
-    frame += text;
-    CHILD_CHECK(::write(channel, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size()));
-  }
-  // The next message of the other rank; the fabric keeps progressing meanwhile.
-  std::string recv() {
-    std::string buf;
-    const auto until = Clock::now() + kWait;
-    auto readSome = [&](size_t want) {
-      while (buf.size() < want) {
-        pump();
-        CHILD_CHECK(Clock::now() < until, "no message from rank ", peer, " within the wait");
-        pollfd p{channel, POLLIN, 0};
-        if (::poll(&p, 1, 1) <= 0) continue;
-        char tmp[4096];
-        ssize_t n = ::read(channel, tmp, std::min(sizeof tmp, want - buf.size()));
-        CHILD_CHECK(n > 0, "rank ", peer, " closed the channel");
-        buf.append(tmp, static_cast<size_t>(n));
-      }
-    };
-    readSome(4);
-    uint32_t len;
-    std::memcpy(&len, buf.data(), 4);
-    buf.clear();
-    readSome(len);
-    return buf;
-  }
-  Completion await(const std::function<bool(const Completion&)>& want, const char* what,
-                   std::chrono::milliseconds limit = kWait) {
-    const auto until = Clock::now() + limit;
-    for (;;) {
-      for (auto it = got.begin(); it != got.end(); ++it) {
-        if (want(*it)) {
-          Completion c = std::move(*it);
-          got.erase(it);
-          return c;
-        }
-      }
-      std::string seen;
-      for (const auto& c : got) seen += show(c) + " ";
-      CHILD_CHECK(Clock::now() < until, "no ", what, " within the wait; seen: ", seen);
-      pump();
-      std::this_thread::sleep_for(100us);
-    }
-  }
-  Completion awaitImm() {
-    return await([](const Completion& c) { return c.type != Type::kWriteDone; }, "immediate");
-  }
-  Completion awaitDone(uint64_t context) {
-    return await([&](const Completion& c) { return c.type != Type::kImmediate && c.context == context; },
-                 "write completion");
-  }
-  Completion awaitError() {
-    return await([](const Completion& c) { return c.type == Type::kError; }, "error");
-  }
-};
 
 struct Buffer {
   std::vector<uint8_t> bytes;
@@ -159,89 +75,6 @@ void connect(Rank& me, int receives = 64) {
   me.send(me.fabric->localAddress(me.peer));
   me.fabric->insertPeer(me.peer, me.recv());
   me.fabric->postImmReceives(me.peer, receives);
-}
-
-void post(Rank& me, const std::function<int()>& fn) {
-  const auto until = Clock::now() + kWait;
-  for (;;) {
-    int rc = fn();
-    if (rc == 0) return;
-    CHILD_CHECK(rc == -EAGAIN, "post returned ", rc, " (", strerror(-rc), ")");
-    CHILD_CHECK(Clock::now() < until, "post kept returning -EAGAIN");
-    me.pump();
-  }
-}
-
-using Body = std::function<void(Rank&)>;
-struct Outcome {
-  int status[2] = {0, 0};
-  std::string report[2];
-  bool timedOut = false;
-};
-
-// Forks both ranks with `env` set, waits for them (SIGKILL past the deadline), collects reports.
-Outcome runPair(const std::vector<std::pair<const char*, const char*>>& env, const Body& body0, const Body& body1) {
-  Outcome out;
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
-  pid_t pids[2];
-  int reports[2];
-  const Body* bodies[2] = {&body0, &body1};
-  for (int r = 0; r < 2; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) std::abort();
-    pid_t pid = fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      ::close(sv[1 - r]);
-      for (auto& [k, v] : env) setenv(k, v, 1);
-      int code = 0;
-      std::string text;
-      {
-        Rank me;
-        me.rank = r;
-        me.peer = 1 - r;
-        me.channel = sv[r];
-        try {
-          (*bodies[r])(me);
-          if (me.fabric) me.fabric->close();
-        } catch (const std::exception& e) {
-          code = 1;
-          text = e.what();
-        }
-      }
-      (void)!::write(fds[1], text.data(), text.size());
-      _exit(code);
-    }
-    ::close(fds[1]);
-    pids[r] = pid;
-    reports[r] = fds[0];
-  }
-  ::close(sv[0]);
-  ::close(sv[1]);
-  const auto until = Clock::now() + kTestDeadline;
-  bool done[2] = {false, false};
-  while (!(done[0] && done[1])) {
-    for (int r = 0; r < 2; ++r)
-      if (!done[r] && waitpid(pids[r], &out.status[r], WNOHANG) == pids[r]) done[r] = true;
-    if (Clock::now() > until) {
-      out.timedOut = true;
-      for (int r = 0; r < 2; ++r)
-        if (!done[r]) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], &out.status[r], 0);
-          done[r] = true;
-        }
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  for (int r = 0; r < 2; ++r) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(reports[r], buf, sizeof buf)) > 0) out.report[r].append(buf, static_cast<size_t>(n));
-    ::close(reports[r]);
-  }
-  return out;
 }
 
 bool exitedOk(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
@@ -307,10 +140,10 @@ void writesLand(const char* linkLayer) {
     for (int lane = 0; lane < me.fabric->lanes(); ++lane) {
       size_t off = lane * (kBytes / 2) + 3;
       size_t len = kBytes / 2 - 7;
-      post(me, [&] {
+      me.post([&] {
         return me.fabric->postWrite(1, lane, src.bytes.data() + off, len, src.reg, remoteAt(target, off), 10 + lane);
       });
-      post(me, [&] {
+      me.post([&] {
         return me.fabric->postWriteImm(1, lane, src.bytes.data(), 0, src.reg, remoteAt(target, 0), 0xabc00 + lane,
                                        20 + lane);
       });
@@ -361,7 +194,7 @@ TEST(VerbsFabric, WaitFdWakesASleepingRank) {
         Buffer src(*me.fabric, 64);
         std::string target = me.recv();
         std::this_thread::sleep_for(100ms);  // rank 1 is asleep on waitFd() by now
-        post(me, [&] { return me.fabric->postWriteImm(1, 0, src.bytes.data(), 64, src.reg, remoteAt(target, 0), 7, 1); });
+        me.post([&] { return me.fabric->postWriteImm(1, 0, src.bytes.data(), 64, src.reg, remoteAt(target, 0), 7, 1); });
         CHILD_CHECK(me.awaitDone(1).type == Type::kWriteDone);
         me.recv();
       },
@@ -394,7 +227,7 @@ TEST(VerbsFabric, BadKeyFailsAtThePosterNamingThePeer) {
         Buffer src(*me.fabric, 256);
         RemoteAddress at = remoteAt(me.recv(), 0);
         at.rkey ^= 0x4000;
-        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 256, src.reg, at, 5); });
+        me.post([&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 256, src.reg, at, 5); });
         Completion c = me.awaitDone(5);
         CHILD_CHECK(c.type == Type::kError && c.peer == 1, show(c));
         CHILD_CHECK(c.error.find("remote access") != std::string::npos && c.error.find("rank 1") != std::string::npos,
@@ -424,11 +257,11 @@ TEST(VerbsFabric, KilledPeerEndsInAnErrorNamingIt) {
         Buffer src(*me.fabric, 4096);
         std::string target = me.recv();
         pid_t victim = static_cast<pid_t>(std::stol(me.recv()));
-        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 1); });
+        me.post([&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 1); });
         CHILD_CHECK(me.awaitDone(1).type == Type::kWriteDone);
         CHILD_CHECK(kill(victim, SIGKILL) == 0);
         std::this_thread::sleep_for(20ms);
-        post(me, [&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 2); });
+        me.post([&] { return me.fabric->postWrite(1, 0, src.bytes.data(), 4096, src.reg, remoteAt(target, 0), 2); });
         Completion c = me.awaitDone(2);
         CHILD_CHECK(c.type == Type::kError && c.peer == 1, show(c));
         CHILD_CHECK(c.error.find("rank 1") != std::string::npos, c.error);
