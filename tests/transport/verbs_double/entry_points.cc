@@ -49,6 +49,7 @@
 //   VERBS_DOUBLE_RETRY_CAP_MS     cap of the emulated transport retry time (default 10000)
 //   VERBS_DOUBLE_PORT_DOWN_AFTER_MS  the port goes down this long after the NIC starts
 //                                 (IBV_EVENT_PORT_ERR on every context; traffic stops)
+// and one test hook, verbs_double_port_down() (hook.h): the same, now, at a point a test picks.
 //
 // Besides the ibv_* calls the fabric uses, the library exports inert versions of every other
 // symbol that libfabric, librdmacm and libefa (all linked with BIND_NOW) import from
@@ -424,3 +425,10 @@ VD_EXPORT int ibv_dereg_mr(ibv_mr* ibmr) {
   delete mr;
   return 0;
 }
+
+// Test hook, not an ibverbs call: every device this process has open loses its port now
+// (IBV_EVENT_PORT_ERR on every context; traffic stops), as VERBS_DOUBLE_PORT_DOWN_AFTER_MS does
+// on a timer. A test calls it at a chosen point of a job (dlsym on the loaded double), where a
+// timer from the NIC's start could fire during connection set-up on a loaded machine. Returns
+// how many NICs went down.
+VD_EXPORT int verbs_double_port_down(void) { return vd::nicPortDownNow(); }

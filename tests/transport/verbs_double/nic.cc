@@ -267,6 +267,23 @@ void nicRelease(Nic* nic) {
   delete nic;
 }
 
+int nicPortDownNow() {
+  std::lock_guard<std::mutex> g(registryMu());
+  int n = 0;
+  for (Nic* nic : registry().nics) {
+    if (!nic) continue;
+    {
+      std::lock_guard<std::mutex> lk(nic->mu);
+      if (!nic->portActive) continue;
+      nic->portDownPending = true;
+      nic->portDownAt = Clock::now();
+    }
+    nicWake(nic);
+    ++n;
+  }
+  return n;
+}
+
 void nicWake(Nic* nic) {
   uint64_t one = 1;
   ssize_t r = write(nic->wakeFd, &one, sizeof one);

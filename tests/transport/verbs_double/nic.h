@@ -73,6 +73,7 @@ struct Nic {
 // nic.cc
 Nic* nicAcquire(Device* dev);  // this process's NIC for dev (started on first use)
 void nicRelease(Nic* nic);     // the last release stops its thread and frees it
+int nicPortDownNow();          // every started NIC of this process: its port goes down now; how many
 void nicWake(Nic* nic);
 void pushCqe(Cq* cq, const ibv_wc& wc, bool solicited = false);  // under nic->mu
 void postAsync(Context* c, ibv_async_event event);                  // under nic->mu
