@@ -7,6 +7,9 @@
 #include "transport/loopback/device.h"
 #include "transport/rdma/device.h"
 #ifdef RINGFOLD_HAVE_URING
+#include "transport/shm/device.h"
+#endif
+#ifdef RINGFOLD_HAVE_URING
 #include "transport/tcp_uring/device.h"
 #endif
 
@@ -87,6 +90,14 @@ std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceC
     return tcp_uring::createDevice(options);
 #else
     RF_THROW(InvalidArgument, "transport '", name, "' was not built (liburing was not found at build time)");
+#endif
+  }
+  if (name == "shm") {
+#ifdef RINGFOLD_HAVE_URING
+    return shm::createDevice();
+#else
+    RF_THROW(InvalidArgument, "transport 'shm' was not built (it joins its pairs through tcp_uring's Unix mesh, "
+             "and liburing was not found at build time)");
 #endif
   }
   if (name == "rdma") return rdma::createDevice();  // the fabric RINGFOLD_RDMA_FABRIC names

@@ -1,0 +1,448 @@
+// Peer of the shm backend (peer.h): the protocol of protocol.h with one peer.
+#include "transport/shm/peer.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "transport/connection.h"
+#include "transport/liveness/process.h"
+#include "transport/shm/device_state.h"
+#include "transport/shm/protocol.h"
+
+namespace ringfold::transport::shm {
+
+Peer::Peer(DeviceState& device, int rank) : device_(device), rank_(rank) {}
+
+Peer::~Peer() {
+  if (peerDoorbell_ >= 0) ::close(peerDoorbell_);
+}
+
+void Peer::attach(Segment inbox, Segment outbox, int peerDoorbell, tcp_uring::Socket socket, pid_t pid,
+                  bool cmaToPeer, std::string cmaWhyNot) {
+  inboxSegment_ = std::move(inbox);
+  outboxSegment_ = std::move(outbox);
+  in_ = Ring(inboxSegment_.data());
+  out_ = Ring(outboxSegment_.data());
+  peerDoorbell_ = peerDoorbell;
+  socket_ = std::move(socket);
+  pid_ = pid;
+  cmaToPeer_ = cmaToPeer;
+  cmaWhyNot_ = std::move(cmaWhyNot);
+}
+
+// ---- requests ---------------------------------------------------------------------------------
+
+void Peer::postSend(RequestState& r) {
+  r.posted = true;
+  if (gone_) return poisonGone();
+  sendQueue_.push_back(&r);
+  flush();
+}
+
+void Peer::postRecv(RequestState& r) {
+  r.posted = true;
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    Unexpected& u = **it;
+    if (u.tag != r.tag) continue;
+    if (!agree(r, u.length, u.check)) return;
+    if (u.rts) {
+      if (!readRts(r.data, u.length, u.address, u.id)) return;
+      r.offset = u.length;
+      finish(r);
+    } else if (inBuffer_ == &u) {
+      // Still arriving: what came so far moves over, the rest lands in the receive directly.
+      std::memcpy(r.data, u.data.data(), u.filled);
+      device_.counters().unexpectedCopyBytes += u.filled;
+      r.offset = u.filled;
+      inBuffer_ = nullptr;
+      inRequest_ = &r;
+    } else {
+      deliver(r, u);
+    }
+    unexpected_.erase(it);
+    return;
+  }
+  if (gone_) return poisonGone();
+  posted_.push_back(&r);
+}
+
+void Peer::deliver(RequestState& r, Unexpected& u) {
+  if (u.length > 0) std::memcpy(r.data, u.data.data(), u.length);
+  device_.counters().unexpectedCopyBytes += u.length;
+  r.offset = u.length;
+  finish(r);
+}
+
+void Peer::finish(RequestState& r) {
+  r.done = true;
+  (r.isSend ? device_.counters().bytesSent : device_.counters().bytesReceived) += r.length;
+}
+
+RequestState* Peer::match(uint64_t tag) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if ((*it)->tag == tag) {
+      RequestState* r = *it;
+      posted_.erase(it);
+      return r;
+    }
+  }
+  return nullptr;
+}
+
+bool Peer::agree(const RequestState& r, uint64_t length, uint64_t check) {
+  if (r.length == length && r.check == check) return true;
+  SlotHeader h;
+  h.type = kMismatch;
+  h.tag = r.tag;
+  h.check = r.check;
+  h.extra = r.length;
+  h.length = length;
+  h.address = check;
+  queueControl(h);
+  flush();  // the sender learns it too (best effort: the ring may be full)
+  device_.poison(std::make_exception_ptr(CheckMismatch(rank_, r.tag, r.length, length, r.check, check)));
+  return false;
+}
+
+bool Peer::readRts(std::byte* dst, uint64_t length, uint64_t address, uint64_t id) {
+  const std::string why = cma::read(pid_, dst, address, length);
+  if (!why.empty()) {
+    device_.poisonIo(rank_, detail::concat("reading ", length, " bytes from the memory of rank ", rank_, " (pid ",
+                                           pid_, ") failed: ", why));
+    return false;
+  }
+  device_.counters().cmaBytes += length;
+  SlotHeader h;
+  h.type = kAck;
+  h.id = id;
+  queueControl(h);
+  return true;
+}
+
+// ---- receiving --------------------------------------------------------------------------------
+
+unsigned Peer::receive() {
+  if (in_.header() == nullptr) return 0;
+  RingHeader* h = in_.header();
+  const uint64_t tail = h->tail.load(std::memory_order_acquire);
+  unsigned n = 0;
+  while (head_ < tail && !device_.poisoned()) {
+    handle(in_.slot(head_));
+    ++head_;
+    h->head.store(head_, std::memory_order_release);
+    ++n;
+  }
+  if (n > 0) {
+    device_.monitor().heard(rank_);
+    // The peer may sleep waiting for the space just freed (ring.h).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (h->producerSleeping.load(std::memory_order_relaxed) != 0 &&
+        h->producerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
+      DeviceState::ring(peerDoorbell_);
+    }
+  }
+  return n;
+}
+
+void Peer::handle(SlotHeader* s) {
+  const SlotHeader slot = *s;  // one read of the header; the payload stays in the ring
+  auto& stats = device_.counters();
+  const size_t bytes = std::min<size_t>(slot.bytes, in_.payloadBytes());
+  switch (slot.type) {
+    case kEager: {
+      device_.monitor().onMessage(rank_, slot.number);
+      inMessage_ = true;
+      inRequest_ = match(slot.tag);
+      inBuffer_ = nullptr;
+      if (inRequest_ != nullptr) {
+        if (!agree(*inRequest_, slot.length, slot.check)) return;
+        inRequest_->offset = 0;
+      } else {
+        auto u = std::make_unique<Unexpected>();
+        u->tag = slot.tag;
+        u->check = slot.check;
+        u->length = slot.length;
+        u->data.resize(slot.length);
+        inBuffer_ = u.get();
+        unexpected_.push_back(std::move(u));
+      }
+      [[fallthrough]];
+    }
+    case kMore: {
+      if (!inMessage_) {
+        device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a continuation slot outside a message"));
+        return;
+      }
+      const std::byte* from = Ring::payload(s);
+      if (inRequest_ != nullptr) {
+        RequestState& r = *inRequest_;
+        const size_t take = std::min(bytes, r.length - r.offset);
+        std::memcpy(r.data + r.offset, from, take);
+        r.offset += take;
+        stats.ringCopyBytes += take;
+        if (r.offset == r.length) {
+          finish(r);
+          inRequest_ = nullptr;
+          inMessage_ = false;
+        }
+      } else if (inBuffer_ != nullptr) {
+        Unexpected& u = *inBuffer_;
+        const size_t take = std::min<size_t>(bytes, u.length - u.filled);
+        std::memcpy(u.data.data() + u.filled, from, take);
+        u.filled += take;
+        stats.ringCopyBytes += take;
+        if (u.filled == u.length) {
+          inBuffer_ = nullptr;
+          inMessage_ = false;
+        }
+      }
+      return;
+    }
+    case kRts: {
+      device_.monitor().onMessage(rank_, slot.number);
+      if (RequestState* r = match(slot.tag)) {
+        if (!agree(*r, slot.length, slot.check)) return;
+        if (!readRts(r->data, slot.length, slot.address, slot.id)) return;
+        r->offset = slot.length;
+        finish(*r);
+        return;
+      }
+      auto u = std::make_unique<Unexpected>();
+      u->tag = slot.tag;
+      u->check = slot.check;
+      u->length = slot.length;
+      u->rts = true;
+      u->address = slot.address;
+      u->id = slot.id;
+      u->arrived = Clock::now();
+      unexpected_.push_back(std::move(u));
+      return;
+    }
+    case kAck: {
+      auto it = std::find_if(awaitingAck_.begin(), awaitingAck_.end(),
+                             [&](const auto& e) { return e.first == slot.id; });
+      if (it == awaitingAck_.end()) return;
+      RequestState* r = it->second;
+      awaitingAck_.erase(it);
+      r->offset = r->length;
+      finish(*r);
+      return;
+    }
+    case kMismatch:
+      device_.poison(std::make_exception_ptr(
+          CheckMismatch(rank_, slot.tag, slot.extra, slot.length, slot.check, slot.address)));
+      return;
+    case kNotice: {
+      liveness::Notice n;
+      n.seq = static_cast<uint32_t>(slot.id);
+      n.waitedOn = static_cast<int>(static_cast<uint32_t>(slot.extra)) - 1;
+      n.waited = std::chrono::milliseconds(slot.extra >> 32);
+      n.silent = std::chrono::milliseconds(slot.length);
+      n.firstLaterMessage = slot.number;
+      device_.monitor().onNotice(rank_, n);
+      return;
+    }
+    case kAbort: {
+      const std::string text(reinterpret_cast<const char*>(Ring::payload(s)), bytes);
+      device_.onPeerAbort(rank_, static_cast<ErrorKind>(slot.status), text);
+      return;
+    }
+    default:
+      device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a slot of unknown type ", int(slot.type),
+                                             " (another ringfold version?)"));
+  }
+}
+
+void Peer::bounceUnexpected(Clock::duration minAge) {
+  if (unexpected_.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (auto& u : unexpected_) {
+    if (!u->rts || now - u->arrived < minAge) continue;
+    u->data.resize(u->length);
+    if (!readRts(u->data.data(), u->length, u->address, u->id)) return;
+    u->rts = false;
+    u->filled = u->length;
+    ++device_.counters().bouncedMessages;
+  }
+}
+
+// ---- sending ----------------------------------------------------------------------------------
+
+size_t Peer::space() {
+  const uint64_t slots = out_.slots();
+  if (tail_ - cachedHead_ >= slots) cachedHead_ = out_.header()->head.load(std::memory_order_acquire);
+  return static_cast<size_t>(slots - (tail_ - cachedHead_));
+}
+
+void Peer::publish() { out_.header()->tail.store(++tail_, std::memory_order_release); }
+
+unsigned Peer::flush() {
+  if (out_.header() == nullptr || gone_) return 0;
+  unsigned n = 0;
+  const size_t payload = out_.payloadBytes();
+  auto& stats = device_.counters();
+  while (!control_.empty() && space() > 0) {
+    Control& c = control_.front();
+    SlotHeader* s = out_.slot(tail_);
+    SlotHeader h = c.header;
+    if (h.type == kNotice) h.number = sent_;  // the next message number goes with the notice
+    h.bytes = static_cast<uint32_t>(std::min(c.payload.size(), payload));
+    std::memcpy(Ring::payload(s), c.payload.data(), h.bytes);
+    *s = h;
+    publish();
+    control_.pop_front();
+    ++n;
+  }
+  while (!sendQueue_.empty() && space() > 0) {
+    RequestState& r = *sendQueue_.front();
+    SlotHeader* s = out_.slot(tail_);
+    if (!r.started) {
+      r.started = true;
+      SlotHeader h;
+      h.tag = r.tag;
+      h.check = r.check;
+      h.length = r.length;
+      h.number = sent_++;
+      if (cmaToPeer_ && r.length >= device_.tuning().cmaMinBytes) {
+        h.type = kRts;
+        h.address = reinterpret_cast<uint64_t>(r.data);
+        h.id = nextId_++;
+        *s = h;
+        publish();
+        ++n;
+        awaitingAck_.emplace_back(h.id, &r);
+        sendQueue_.pop_front();
+        ++stats.cmaMessages;
+        continue;
+      }
+      h.type = kEager;
+      h.bytes = static_cast<uint32_t>(std::min(r.length, payload));
+      std::memcpy(Ring::payload(s), r.data, h.bytes);
+      *s = h;
+      r.offset = h.bytes;
+      ++stats.eagerMessages;
+    } else {
+      SlotHeader h;
+      h.type = kMore;
+      h.bytes = static_cast<uint32_t>(std::min(r.length - r.offset, payload));
+      std::memcpy(Ring::payload(s), r.data + r.offset, h.bytes);
+      *s = h;
+      r.offset += h.bytes;
+    }
+    stats.ringCopyBytes += s->bytes;
+    publish();
+    ++n;
+    if (r.offset == r.length) {
+      sendQueue_.pop_front();
+      finish(r);
+    }
+  }
+  if (n > 0) {
+    // The peer may sleep waiting for these slots (ring.h).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    RingHeader* h = out_.header();
+    if (h->consumerSleeping.load(std::memory_order_relaxed) != 0 &&
+        h->consumerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
+      DeviceState::ring(peerDoorbell_);
+    }
+  }
+  return n;
+}
+
+void Peer::queueControl(const SlotHeader& h, std::string payload) { control_.push_back({h, std::move(payload)}); }
+
+void Peer::queueNotice(const liveness::Notice& notice) {
+  if (gone_ || control_.size() > 64) return;  // best effort
+  SlotHeader h;
+  h.type = kNotice;
+  h.id = notice.seq;
+  h.extra = static_cast<uint32_t>(notice.waitedOn + 1) | (static_cast<uint64_t>(notice.waited.count()) << 32);
+  h.length = static_cast<uint64_t>(notice.silent.count());
+  queueControl(h);
+  flush();
+}
+
+void Peer::queueAbort(ErrorKind kind, const std::string& text) {
+  if (gone_) return;
+  SlotHeader h;
+  h.type = kAbort;
+  h.status = static_cast<uint8_t>(kind);
+  queueControl(h, text);
+  flush();
+}
+
+bool Peer::abortPending() const {
+  if (gone_) return false;
+  return std::any_of(control_.begin(), control_.end(), [](const Control& c) { return c.header.type == kAbort; });
+}
+
+// ---- sleeping ---------------------------------------------------------------------------------
+
+void Peer::prepareSleep() {
+  if (in_.header() == nullptr) return;
+  in_.header()->consumerSleeping.store(1, std::memory_order_seq_cst);
+  if (!sendQueue_.empty() || !control_.empty()) out_.header()->producerSleeping.store(1, std::memory_order_seq_cst);
+}
+
+void Peer::endSleep() {
+  if (in_.header() == nullptr) return;
+  in_.header()->consumerSleeping.store(0, std::memory_order_relaxed);
+  out_.header()->producerSleeping.store(0, std::memory_order_relaxed);
+}
+
+bool Peer::ready() const {
+  if (in_.header() == nullptr) return false;
+  if (in_.header()->tail.load(std::memory_order_seq_cst) != head_) return true;
+  if (sendQueue_.empty() && control_.empty()) return false;
+  return tail_ - out_.header()->head.load(std::memory_order_seq_cst) < out_.slots();
+}
+
+// ---- failure ----------------------------------------------------------------------------------
+
+void Peer::hangUp() {
+  if (gone_) return;
+  receive();  // what the peer published before it ended is still delivered
+  gone_ = true;
+  if (hasPendingWork()) poisonGone();
+}
+
+bool Peer::hasPendingWork() const {
+  return !posted_.empty() || !sendQueue_.empty() || !awaitingAck_.empty() || inMessage_ ||
+         std::any_of(unexpected_.begin(), unexpected_.end(), [](const auto& u) { return u->rts; });
+}
+
+void Peer::poisonGone() {
+  if (device_.poisoned()) return;
+  std::string text = detail::concat("the shared-memory connection to rank ", rank_, " closed",
+                                    inMessage_ ? " in the middle of a message" : "");
+  const std::string process = pid_ > 0 ? detail::concat("the process of rank ", rank_, " (pid ", pid_, ")")
+                                       : detail::concat("the process of rank ", rank_);
+  switch (liveness::processState(pid_, std::chrono::milliseconds(500))) {
+    case liveness::ProcessState::kExited:
+      text += ": " + process + " exited";
+      break;
+    case liveness::ProcessState::kRunning:
+    case liveness::ProcessState::kStopped:
+      text += ": " + process + " is still running, so it closed its connections (shut ringfold down)";
+      break;
+    case liveness::ProcessState::kUnknown:
+      text += ": " + process + " exited or crashed";
+      break;
+  }
+  device_.poisonIo(rank_, text);
+}
+
+void Peer::onPoison() {
+  posted_.clear();
+  sendQueue_.clear();
+  awaitingAck_.clear();
+  inRequest_ = nullptr;
+}
+
+}  // namespace ringfold::transport::shm

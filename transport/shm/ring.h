@@ -1,0 +1,98 @@
+// Ring: one direction of a shared-memory pair, a single-producer/single-consumer ring of
+// fixed-size slots in a memfd segment that the consumer created and the producer maps.
+//
+// Layout (every field its own cache line where two processes write):
+//   RingHeader  geometry (written once by the consumer before the segment is shared), then
+//               tail (producer), head (consumer), and the two sleeping flags
+//   slots       `slots` x `slotBytes`: a 64-byte SlotHeader, then payload
+//
+// Protocol: the producer fills slot (tail % slots) and then publishes it with tail.store(+1,
+// release); the consumer reads slots while head < tail.load(acquire) and frees them with
+// head.store(+1, release). A slot is never read before it is published, so a producer killed
+// half-way through writing one leaves nothing the consumer can see.
+//
+// Sleeping (spin briefly, then sleep without missing a wake-up): a side about to sleep sets its
+// flag (seq_cst), checks the ring once more, and sleeps on its doorbell (an eventfd) only if
+// nothing changed; the other side, after publishing (tail, or head that frees space), issues a
+// seq_cst fence and, if the flag is set, clears it and rings that side's doorbell. Either the
+// sleeper sees the new tail/head, or the waker sees the flag.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ringfold::transport::shm {
+
+constexpr size_t kCacheLine = 64;
+constexpr uint32_t kRingMagic = 0x52465348;  // "RFSH"
+
+struct SlotHeader {
+  uint8_t type = 0;      // SlotType
+  uint8_t status = 0;    // kAbort: ErrorKind; kAck: 0 done
+  uint16_t reserved = 0;
+  uint32_t bytes = 0;    // payload bytes in this slot
+  uint64_t tag = 0;
+  uint64_t check = 0;
+  uint64_t length = 0;   // the whole message's length
+  uint64_t number = 0;   // message number (kEager, kRts), or a notice's next message number
+  uint64_t address = 0;  // kRts: the sender's address of the data
+  uint64_t id = 0;       // kRts / kAck: the send's id; kNotice: seq
+  uint64_t extra = 0;    // kMismatch: the receive's length; kNotice: waitedOn + 1 | waited << 32
+};
+static_assert(sizeof(SlotHeader) == kCacheLine, "a slot header is one cache line");
+
+struct alignas(kCacheLine) RingHeader {
+  uint32_t magic;
+  uint32_t slots;
+  uint32_t slotBytes;
+  uint32_t reserved;
+  alignas(kCacheLine) std::atomic<uint64_t> tail;  // slots published (producer)
+  alignas(kCacheLine) std::atomic<uint64_t> head;  // slots consumed (consumer)
+  alignas(kCacheLine) std::atomic<uint32_t> consumerSleeping;
+  alignas(kCacheLine) std::atomic<uint32_t> producerSleeping;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need lock-free 64-bit atomics");
+
+inline size_t ringBytes(uint32_t slots, uint32_t slotBytes) {
+  return sizeof(RingHeader) + static_cast<size_t>(slots) * slotBytes;
+}
+
+// A view of a ring mapped at `base` (either side).
+class Ring {
+ public:
+  Ring() = default;
+  explicit Ring(void* base) : h_(static_cast<RingHeader*>(base)) {}
+  // The consumer formats a fresh segment.
+  static Ring format(void* base, uint32_t slots, uint32_t slotBytes) {
+    auto* h = new (base) RingHeader;
+    h->magic = kRingMagic;
+    h->slots = slots;
+    h->slotBytes = slotBytes;
+    h->reserved = 0;
+    h->tail.store(0, std::memory_order_relaxed);
+    h->head.store(0, std::memory_order_relaxed);
+    h->consumerSleeping.store(0, std::memory_order_relaxed);
+    h->producerSleeping.store(0, std::memory_order_relaxed);
+    return Ring(base);
+  }
+  bool valid(size_t mappedBytes) const {
+    return h_ != nullptr && mappedBytes >= sizeof(RingHeader) && h_->magic == kRingMagic && h_->slots >= 2 &&
+           h_->slotBytes >= 2 * kCacheLine && h_->slotBytes % kCacheLine == 0 &&
+           ringBytes(h_->slots, h_->slotBytes) <= mappedBytes;
+  }
+  RingHeader* header() const { return h_; }
+  uint32_t slots() const { return h_->slots; }
+  size_t payloadBytes() const { return h_->slotBytes - sizeof(SlotHeader); }
+  SlotHeader* slot(uint64_t position) const {
+    auto* first = reinterpret_cast<std::byte*>(h_) + sizeof(RingHeader);
+    return reinterpret_cast<SlotHeader*>(first + (position % h_->slots) * h_->slotBytes);
+  }
+  static std::byte* payload(SlotHeader* s) { return reinterpret_cast<std::byte*>(s) + sizeof(SlotHeader); }
+
+ private:
+  RingHeader* h_ = nullptr;
+};
+
+}  // namespace ringfold::transport::shm
