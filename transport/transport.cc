@@ -102,7 +102,7 @@ std::unique_ptr<Device> createDevice(const std::string& requested, const DeviceC
   }
   if (name == "rdma") return rdma::createDevice();  // the fabric RINGFOLD_RDMA_FABRIC names
   RF_THROW(InvalidArgument, params::kTransport.name, "='", name,
-           "' is not a transport; use tcp_uring, rdma or loopback");
+           "' is not a transport; use tcp_uring, rdma, shm or loopback");
 }
 
 }  // namespace ringfold::transport

@@ -24,11 +24,11 @@ namespace {
 using transport::per_peer::Policy;
 using Clock = std::chrono::steady_clock;
 
-const Policy kNearFar{"near", "far", "", ""};
+const Policy kNearFar{"near", "far", "", "", ""};
 
 // rdma with a tcp_uring fallback: a pair uses rdma only when both ends can run it.
 TEST(PerPeerSelector, RemoteBackendOnlyWhereBothEndsCanRunIt) {
-  const Policy rdma{"unix_uring", "rdma", "tcp_uring", ""};
+  const Policy rdma{"unix_uring", "rdma", "tcp_uring", "", ""};
   const std::vector<std::string> hosts = {"A", "A", "B", "C"};
   const std::vector<std::string> words = {"rdma", "rdma", "-no RDMA devices found", "rdma"};
   auto backends = transport::per_peer::assignBackends(hosts, 0, rdma);

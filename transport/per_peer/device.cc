@@ -63,21 +63,34 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
     RF_ENFORCE_EQ(c.peers.size(), static_cast<size_t>(spec.size), label, " returned a wrong table");
     return c;
   };
-  for (const auto& label : locals) {
-    const auto mine = peersOf(label);
-    Child c = connectChild(label, mine);
-    bool any = false;
-    for (int p = 0; p < spec.size; ++p) {
-      if (!mine[p]) continue;
-      if (c.peers[p]) {
-        any = true;
-        continue;
+  for (const auto& first : locals) {
+    // A local backend may leave out pairs it cannot join (at both ends): they go to the policy's
+    // local fallback (shm -> unix_uring), else to the remote backend, connected below.
+    std::string label = first;
+    auto mine = peersOf(label);
+    for (;;) {
+      Child c = connectChild(label, mine);
+      const std::string next =
+          label == policy.local && !policy.localFallback.empty() && policy.localFallback != label
+              ? policy.localFallback
+              : policy.remote;
+      bool any = false, left = false;
+      for (int p = 0; p < spec.size; ++p) {
+        if (!mine[p]) continue;
+        if (c.peers[p]) {
+          any = true;
+          mine[p] = false;
+          continue;
+        }
+        RF_LOG(kWarning) << label << " could not join rank " << p << " (on this host, but its local socket refused "
+                         << "the connection or does not exist); joining it through " << next;
+        backendOf[p] = next;
+        left = true;
       }
-      RF_LOG(kWarning) << label << " could not join rank " << p << " (on this host, but its local socket refused "
-                       << "the connection or does not exist); joining it through " << policy.remote;
-      backendOf[p] = policy.remote;
+      if (any) children.push_back(std::move(c));
+      if (!left || next == policy.remote) break;
+      label = next;
     }
-    if (any) children.push_back(std::move(c));
   }
   const auto remote = peersOf(policy.remote);
   if (children.empty() || std::find(remote.begin(), remote.end(), true) != remote.end()) {

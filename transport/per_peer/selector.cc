@@ -15,14 +15,17 @@ namespace ringfold::transport::per_peer {
 Policy Policy::fromParams() {
   Policy p;
   const std::string local = params::kLocalTransport.str();
-  if (local == "unix") {
+  if (local == "shm") {
+    p.local = "shm";
+    p.localFallback = "unix_uring";  // a pair shared memory cannot join (see per_peer::connectWith)
+  } else if (local == "unix") {
     p.local = "unix_uring";
   } else if (local == "tcp") {
     p.local = "tcp_uring";
   } else if (local == "rdma") {
     p.local = "rdma";
   } else {
-    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not unix, tcp or rdma");
+    RF_THROW(InvalidArgument, params::kLocalTransport.name, "='", local, "' is not shm, unix, tcp or rdma");
   }
   const std::string transport = params::kTransport.str();
   bool rdma = transport == "rdma";

@@ -4,8 +4,10 @@
 // local backend, any other peer the remote one. A peer whose identity is unknown ("-") goes to
 // the remote backend: it always works between processes.
 //
-//   local  backend : RINGFOLD_LOCAL_TRANSPORT: unix -> "unix_uring" (default), tcp -> "tcp_uring".
-//                    Issue 18's shared-memory backend becomes a third value here.
+//   local  backend : RINGFOLD_LOCAL_TRANSPORT: shm -> "shm" (default), unix -> "unix_uring",
+//                    tcp -> "tcp_uring", rdma -> "rdma". A pair that shm cannot join (its Unix
+//                    socket cannot be reached) falls back to "unix_uring", and one that cannot be
+//                    reached that way either to the remote backend, each logged with the reason.
 //   remote backend : RINGFOLD_TRANSPORT: rdma -> "rdma" (any fabric, libfabric's tcp;ofi_rxm
 //                    included); tcp_uring -> "tcp_uring"; unset -> "rdma" when this machine has
 //                    RDMA hardware (rdma::hardwareFabric: an active IB/RoCE port, or EFA) or
@@ -36,6 +38,7 @@ struct Policy {
   std::string remote = "tcp_uring";   // backend between hosts
   std::string fallback;               // for a pair that cannot use `remote` ("" none)
   std::string remoteUnusable;         // why this rank cannot run `remote` ("" it can)
+  std::string localFallback;          // for a local pair `local` cannot join ("": the remote backend)
   // RINGFOLD_LOCAL_TRANSPORT's and RINGFOLD_TRANSPORT's choices (probing the RDMA fabric when
   // rdma is asked for or may be the default); throws InvalidArgument naming the variable if
   // unknown.
