@@ -192,6 +192,10 @@ class Systems:
                 self.names.append("ringfold-unbound")
             if args.unix:
                 self.names.append("ringfold-unix")
+            if args.shm:
+                # ringfold's default on one host: shared memory (cross-memory attach for large
+                # messages), and the same with every message through the rings (CMA off).
+                self.names += ["ringfold-shm", "ringfold-shm-rings"]
             if args.rdma:
                 self.names.append("ringfold-rdma")
         else:
@@ -232,8 +236,11 @@ class Systems:
             # (Unix sockets between local ranks) is the separate 'ringfold-unix' system.
             base = name.startswith("base-")
             # ringfold-rdma: the rdma transport between every pair, over libfabric's tcp;ofi_rxm.
-            local = "unix" if name.endswith("ringfold-unix") else "rdma" if name.endswith("ringfold-rdma") else "tcp"
+            local = "unix" if name.endswith("ringfold-unix") else "rdma" if name.endswith("ringfold-rdma") else \
+                "shm" if "ringfold-shm" in name else "tcp"
             env = {"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}
+            if name.endswith("ringfold-shm-rings"):
+                env["RINGFOLD_SHM_CMA"] = "off"
             if local == "rdma":
                 env.update({"RINGFOLD_TRANSPORT": "rdma", "RINGFOLD_RDMA_FABRIC": "ofi",
                             "RINGFOLD_OFI_PROVIDER": self.args.ofi_provider, "FI_TCP_IFACE": "lo"})
@@ -331,8 +338,10 @@ def loopback(args):
                  f"--bind-to auto (ranks bound round robin to the cores when they outnumber "
                  f"them, else unbound), '-unbound' and the other Gloo names with --bind-to none. "
                  f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
-                 f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix', "
-                 f"ringfold's default on one host (Unix-domain sockets between the ranks), and "
+                 f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix' "
+                 f"(Unix-domain sockets between the ranks), 'ringfold-shm', ringfold's default on one "
+                 f"host (shared-memory rings, cross-memory attach from 64 KiB), 'ringfold-shm-rings' "
+                 f"(the same with RINGFOLD_SHM_CMA=off: every message through the rings), "
                  f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self), and 'ringfold-rdma' "
                  f"(ringfold's rdma transport between every pair, libfabric {args.ofi_provider}).")
     for n in ranks:
@@ -354,6 +363,9 @@ def loopback(args):
             head.append("unix/MPI")
         if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
             head.append("unix/MPI shm")
+        for x in ("ringfold-shm", "ringfold-shm-rings"):
+            if x in systems.names and "mpi-shm" in systems.names:
+                head.append(x[len("ringfold-"):] + "/MPI shm")
         if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
             head.append("rdma/TCP")
         base_pairs = [x for x in systems.names if "base-" + x in systems.names]
@@ -378,6 +390,9 @@ def loopback(args):
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi"]), 2))
             if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi-shm"]), 2))
+            for x in ("ringfold-shm", "ringfold-shm-rings"):
+                if x in systems.names and "mpi-shm" in systems.names:
+                    cells.append(fmt(ratio(med[x], med["mpi-shm"]), 2))
             if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
                 cells.append(fmt(ratio(med["ringfold-rdma"], med["ringfold"]), 2))
             cells += [fmt(ratio(med[x], med["base-" + x]), 2) for x in base_pairs]
@@ -584,6 +599,9 @@ def main():
     p.add_argument("--unix", action=argparse.BooleanOptionalAction, default=True,
                    help="also run each system's own same-host transport: ringfold over Unix sockets "
                         "(its default on one host) as 'ringfold-unix', Open MPI over shared memory as 'mpi-shm'")
+    p.add_argument("--shm", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run ringfold over shared memory between local ranks (its default on one host) "
+                        "as 'ringfold-shm', and with cross-memory attach off as 'ringfold-shm-rings'")
     p.add_argument("--rdma", action=argparse.BooleanOptionalAction, default=False,
                    help="also run ringfold's rdma transport between every pair as 'ringfold-rdma' "
                         "(libfabric, --ofi-provider; on one host a functional path, see docs/rdma.md)")

@@ -4,6 +4,8 @@
 // collectives_rdma_test compiles it again with RF_MATRIX_RDMA_FAKE and runs it over the rdma
 // transport on its fake fabric: 1 KiB eager slots, so small messages go eagerly and segments by
 // rendezvous, 8 slots, so credits run out, and two lanes delivered out of order.
+// collectives_shm_test compiles it with RF_MATRIX_SHM: the shm transport between threads (small
+// rings, cross-memory attach from 2 KiB).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -45,6 +47,24 @@ const auto* const kRdmaFake = ::testing::AddGlobalTestEnvironment(new RdmaFakeEn
 GroupOptions matrixGroup() {
   GroupOptions g;
   g.transport = "rdma";
+  return g;
+}
+#elif defined(RF_MATRIX_SHM)
+#define RF_MATRIX_SUITE Shm
+// Small rings (1 KiB slots, 8 of them), so messages span slots and rings fill; messages from
+// 16 KiB go by cross-memory attach, so the 4 KiB-segment collectives use both paths.
+class ShmEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("RINGFOLD_SHM_SLOT_BYTES", "1K", 1);
+    setenv("RINGFOLD_SHM_SLOTS", "8", 1);
+    setenv("RINGFOLD_SHM_CMA_MIN_BYTES", "2K", 1);
+  }
+};
+const auto* const kShm = ::testing::AddGlobalTestEnvironment(new ShmEnvironment);
+GroupOptions matrixGroup() {
+  GroupOptions g;
+  g.transport = "shm";
   return g;
 }
 #else

@@ -77,10 +77,10 @@ TEST(MultiHost, AllReduceAcrossFourHosts) {
                    90s);
   ASSERT_FALSE(f.timedOut) << f.out << f.err;
   EXPECT_EQ(f.exitCode, 0) << f.out << f.err;
-  // Each rank's one same-host peer is joined by a Unix socket, the six on other hosts by TCP.
+  // Each rank's one same-host peer is joined through shared memory, the six on other hosts by TCP.
   const std::string all = f.out + f.err;
   size_t mixed = 0;
-  for (size_t at = 0; (at = all.find("connected to 7 peers (1 on this host over Unix sockets)", at)) != std::string::npos; ++at) {
+  for (size_t at = 0; (at = all.find("connected to 7 peers (1 on this host through shm)", at)) != std::string::npos; ++at) {
     ++mixed;
   }
   EXPECT_EQ(mixed, 8u) << all;

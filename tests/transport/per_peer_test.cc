@@ -63,8 +63,14 @@ TEST(PerPeerSelector, UnknownHostIsRemoteEvenToAnotherUnknown) {
 
 TEST(PerPeerSelector, LocalBackendFromParams) {
   {
+    EnvGuard env{{"RINGFOLD_LOCAL_TRANSPORT", ""}};  // unset
+    EXPECT_EQ(Policy::fromParams().local, "shm");  // the default, falling back to Unix sockets
+    EXPECT_EQ(Policy::fromParams().localFallback, "unix_uring");
+  }
+  {
     EnvGuard env{{"RINGFOLD_LOCAL_TRANSPORT", "unix"}};
     EXPECT_EQ(Policy::fromParams().local, "unix_uring");
+    EXPECT_EQ(Policy::fromParams().localFallback, "");
     EXPECT_EQ(Policy::fromParams().remote, "tcp_uring");
   }
   {
@@ -76,7 +82,7 @@ TEST(PerPeerSelector, LocalBackendFromParams) {
     Policy::fromParams();
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='carrier-pigeon' is not unix, tcp or rdma"),
+    EXPECT_NE(std::string(e.what()).find("RINGFOLD_LOCAL_TRANSPORT='carrier-pigeon' is not shm, unix, tcp or rdma"),
               std::string::npos)
         << e.what();
   }

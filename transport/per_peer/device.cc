@@ -102,10 +102,15 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
     }
   }
   if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers)};
-  // The words a single tcp_uring mesh used for its total (tests/netns reads them).
-  const auto overUnix = std::count(backendOf.begin(), backendOf.end(), std::string("unix_uring"));
-  RF_LOG(kDebug) << "connected to " << spec.size - 1 << " peers (" << overUnix
-                 << " on this host over Unix sockets) through " << children.size() << " backends";
+  // How many peers each same-host backend joined (tests/netns reads this line).
+  std::string local;
+  for (const auto& label : {std::string("shm"), std::string("unix_uring")}) {
+    if (label == policy.remote) continue;
+    const auto n = std::count(backendOf.begin(), backendOf.end(), label);
+    if (n > 0) local += detail::concat(local.empty() ? "" : ", ", n, " on this host through ", label);
+  }
+  RF_LOG(kDebug) << "connected to " << spec.size - 1 << " peers (" << (local.empty() ? "none on this host" : local)
+                 << ") through " << children.size() << " backends";
   auto device = std::make_unique<Device>(std::move(children));
   auto peers = device->takeConnections();
   return {std::move(device), std::move(peers)};

@@ -113,22 +113,46 @@ bool Peer::agree(const RequestState& r, uint64_t length, uint64_t check) {
 bool Peer::readRts(std::byte* dst, uint64_t length, uint64_t address, uint64_t id) {
   const std::string why = cma::read(pid_, dst, address, length);
   if (!why.empty()) {
-    device_.poisonIo(rank_, detail::concat("reading ", length, " bytes from the memory of rank ", rank_, " (pid ",
-                                           pid_, ") failed: ", why));
+    // Most often the sender was killed while this rank read its buffer: say so as a closed
+    // connection would.
+    device_.poisonIo(rank_, detail::concat("reading ", length, " bytes from the memory of rank ", rank_,
+                                           " failed (", why, "): ", processText("")));
     return false;
   }
   device_.counters().cmaBytes += length;
-  SlotHeader h;
-  h.type = kAck;
-  h.id = id;
-  queueControl(h);
+  // The sender's send is complete (ring.h: ack words); wake it if it sleeps.
+  in_.ack(id).store(id, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  RingHeader* h = in_.header();
+  if (h->producerSleeping.load(std::memory_order_relaxed) != 0 &&
+      h->producerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
+    DeviceState::ring(peerDoorbell_);
+  }
   return true;
 }
 
 // ---- receiving --------------------------------------------------------------------------------
 
+unsigned Peer::collectAcks() {
+  unsigned n = 0;
+  for (size_t i = 0; i < awaitingAck_.size();) {
+    const auto [id, r] = awaitingAck_[i];
+    if (out_.ack(id).load(std::memory_order_acquire) != id) {
+      ++i;
+      continue;
+    }
+    awaitingAck_[i] = awaitingAck_.back();
+    awaitingAck_.pop_back();
+    r->offset = r->length;
+    finish(*r);
+    ++n;
+  }
+  return n;
+}
+
 unsigned Peer::receive() {
   if (in_.header() == nullptr) return 0;
+  const unsigned acked = awaitingAck_.empty() ? 0 : collectAcks();
   RingHeader* h = in_.header();
   const uint64_t tail = h->tail.load(std::memory_order_acquire);
   unsigned n = 0;
@@ -147,7 +171,7 @@ unsigned Peer::receive() {
       DeviceState::ring(peerDoorbell_);
     }
   }
-  return n;
+  return n + acked;
 }
 
 void Peer::handle(SlotHeader* s) {
@@ -224,16 +248,6 @@ void Peer::handle(SlotHeader* s) {
       unexpected_.push_back(std::move(u));
       return;
     }
-    case kAck: {
-      auto it = std::find_if(awaitingAck_.begin(), awaitingAck_.end(),
-                             [&](const auto& e) { return e.first == slot.id; });
-      if (it == awaitingAck_.end()) return;
-      RequestState* r = it->second;
-      awaitingAck_.erase(it);
-      r->offset = r->length;
-      finish(*r);
-      return;
-    }
     case kMismatch:
       device_.poison(std::make_exception_ptr(
           CheckMismatch(rank_, slot.tag, slot.extra, slot.length, slot.check, slot.address)));
@@ -303,13 +317,15 @@ unsigned Peer::flush() {
     RequestState& r = *sendQueue_.front();
     SlotHeader* s = out_.slot(tail_);
     if (!r.started) {
+      const bool cma = cmaToPeer_ && r.length >= device_.tuning().cmaMinBytes;
+      if (cma && awaitingAck_.size() >= kAckWords) break;  // every ack word is in use: wait for one
       r.started = true;
       SlotHeader h;
       h.tag = r.tag;
       h.check = r.check;
       h.length = r.length;
       h.number = sent_++;
-      if (cmaToPeer_ && r.length >= device_.tuning().cmaMinBytes) {
+      if (cma) {
         h.type = kRts;
         h.address = reinterpret_cast<uint64_t>(r.data);
         h.id = nextId_++;
@@ -387,7 +403,9 @@ bool Peer::abortPending() const {
 void Peer::prepareSleep() {
   if (in_.header() == nullptr) return;
   in_.header()->consumerSleeping.store(1, std::memory_order_seq_cst);
-  if (!sendQueue_.empty() || !control_.empty()) out_.header()->producerSleeping.store(1, std::memory_order_seq_cst);
+  if (!sendQueue_.empty() || !control_.empty() || !awaitingAck_.empty()) {
+    out_.header()->producerSleeping.store(1, std::memory_order_seq_cst);
+  }
 }
 
 void Peer::endSleep() {
@@ -399,6 +417,9 @@ void Peer::endSleep() {
 bool Peer::ready() const {
   if (in_.header() == nullptr) return false;
   if (in_.header()->tail.load(std::memory_order_seq_cst) != head_) return true;
+  for (const auto& [id, r] : awaitingAck_) {
+    if (out_.ack(id).load(std::memory_order_seq_cst) == id) return true;
+  }
   if (sendQueue_.empty() && control_.empty()) return false;
   return tail_ - out_.header()->head.load(std::memory_order_seq_cst) < out_.slots();
 }
@@ -417,25 +438,26 @@ bool Peer::hasPendingWork() const {
          std::any_of(unexpected_.begin(), unexpected_.end(), [](const auto& u) { return u->rts; });
 }
 
-void Peer::poisonGone() {
-  if (device_.poisoned()) return;
-  std::string text = detail::concat("the shared-memory connection to rank ", rank_, " closed",
-                                    inMessage_ ? " in the middle of a message" : "");
+std::string Peer::processText(const char* ifRunning) const {
   const std::string process = pid_ > 0 ? detail::concat("the process of rank ", rank_, " (pid ", pid_, ")")
                                        : detail::concat("the process of rank ", rank_);
   switch (liveness::processState(pid_, std::chrono::milliseconds(500))) {
     case liveness::ProcessState::kExited:
-      text += ": " + process + " exited";
-      break;
+      return process + " exited";
     case liveness::ProcessState::kRunning:
     case liveness::ProcessState::kStopped:
-      text += ": " + process + " is still running, so it closed its connections (shut ringfold down)";
-      break;
+      return process + " is still running" + ifRunning;
     case liveness::ProcessState::kUnknown:
-      text += ": " + process + " exited or crashed";
       break;
   }
-  device_.poisonIo(rank_, text);
+  return process + " exited or crashed";
+}
+
+void Peer::poisonGone() {
+  if (device_.poisoned()) return;
+  device_.poisonIo(rank_, detail::concat("the shared-memory connection to rank ", rank_, " closed",
+                                         inMessage_ ? " in the middle of a message" : "", ": ",
+                                         processText(", so it closed its connections (shut ringfold down)")));
 }
 
 void Peer::onPoison() {

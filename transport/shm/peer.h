@@ -1,7 +1,7 @@
 // Peer: the shm protocol (protocol.h) with one peer rank: the ring this rank reads (inbox, the
 // peer writes it) and the ring it writes (outbox, the peer's inbox), the peer's doorbell, the
 // socket whose hang-up says the peer's process ended, matching of messages to receives (FIFO per
-// tag), the sends queued for the outbox, and the sends waiting for the peer's kAck.
+// tag), the sends queued for the outbox, and the sends waiting for the peer's ack word.
 //
 // Contract: driven only by its DeviceState's thread. postSend/postRecv take requests that stay
 // alive while pending (the device forgets them all when it is poisoned: onPoison). receive() and
@@ -103,6 +103,8 @@ class Peer {
   };
 
   void handle(SlotHeader* s);
+  // Completes the sends whose ack word the peer has set; returns how many.
+  unsigned collectAcks();
   // The first posted receive with `tag` (removed from the list), or null.
   RequestState* match(uint64_t tag);
   // False (after failing the device) when the receive's length or check differs from the message's.
@@ -114,6 +116,9 @@ class Peer {
   void queueControl(const SlotHeader& h, std::string payload = {});
   bool hasPendingWork() const;
   void poisonGone();
+  // "the process of rank R (pid P) exited" (or "is still running<ifRunning>", "exited or
+  // crashed"), from /proc, waiting up to 500 ms for a killed process to finish exiting.
+  std::string processText(const char* ifRunning) const;
   size_t space();
   void publish();
 

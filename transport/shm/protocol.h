@@ -27,7 +27,10 @@
 //   cma       : a larger message, when the receiver can read the sender's memory, goes as kRts
 //               {tag, check, length, number, address, id}. The receiver, once a receive matches,
 //               reads the bytes straight from the sender's buffer into the receive's with
-//               process_vm_readv (one copy) and answers kAck {id}; the send completes then.
+//               process_vm_readv (one copy) and stores the id in the ring's ack word for it
+//               (ring.h), waking the sender if it sleeps; the send completes when the sender sees
+//               it. (An answer through the other ring would need space there at a moment the
+//               receiver may be leaving the transport for good: its receive is complete.)
 //   bounce    : a send may complete before its receive is posted (the collectives rely on it),
 //               so a kRts left unmatched is read into a buffer of the receiver's and acknowledged
 //               once it has waited kBounceAfter, or when the receiver is about to sleep; the
@@ -54,9 +57,9 @@
 
 namespace ringfold::transport::shm {
 
-enum SlotType : uint8_t { kEager = 1, kMore = 2, kRts = 3, kAck = 4, kMismatch = 5, kNotice = 6, kAbort = 7 };
+enum SlotType : uint8_t { kEager = 1, kMore = 2, kRts = 3, kMismatch = 5, kNotice = 6, kAbort = 7 };
 
-constexpr uint32_t kHelloMagic = 0x52465331;  // "RFS1"
+constexpr uint32_t kHelloMagic = 0x52465332;  // "RFS2"
 
 struct Hello {
   uint32_t magic = kHelloMagic;

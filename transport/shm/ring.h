@@ -5,6 +5,11 @@
 //   RingHeader  geometry (written once by the consumer before the segment is shared), then
 //               tail (producer), head (consumer), and the two sleeping flags
 //   slots       `slots` x `slotBytes`: a 64-byte SlotHeader, then payload
+//   ack words   kAckWords 64-bit words: the consumer stores a request to send's id in word
+//               (id % kAckWords) once it has read that message out of the producer's memory, so
+//               the producer's send completes without the consumer needing ring space (or ever
+//               driving its device again). The producer keeps at most kAckWords such sends
+//               outstanding, so a word is never reused while its send waits.
 //
 // Protocol: the producer fills slot (tail % slots) and then publishes it with tail.store(+1,
 // release); the consumer reads slots while head < tail.load(acquire) and frees them with
@@ -26,11 +31,12 @@
 namespace ringfold::transport::shm {
 
 constexpr size_t kCacheLine = 64;
-constexpr uint32_t kRingMagic = 0x52465348;  // "RFSH"
+constexpr uint32_t kRingMagic = 0x52465349;  // "RFSI"
+constexpr uint32_t kAckWords = 256;
 
 struct SlotHeader {
   uint8_t type = 0;      // SlotType
-  uint8_t status = 0;    // kAbort: ErrorKind; kAck: 0 done
+  uint8_t status = 0;    // kAbort: ErrorKind
   uint16_t reserved = 0;
   uint32_t bytes = 0;    // payload bytes in this slot
   uint64_t tag = 0;
@@ -38,7 +44,7 @@ struct SlotHeader {
   uint64_t length = 0;   // the whole message's length
   uint64_t number = 0;   // message number (kEager, kRts), or a notice's next message number
   uint64_t address = 0;  // kRts: the sender's address of the data
-  uint64_t id = 0;       // kRts / kAck: the send's id; kNotice: seq
+  uint64_t id = 0;       // kRts: the send's id (its ack word); kNotice: seq
   uint64_t extra = 0;    // kMismatch: the receive's length; kNotice: waitedOn + 1 | waited << 32
 };
 static_assert(sizeof(SlotHeader) == kCacheLine, "a slot header is one cache line");
@@ -56,7 +62,7 @@ struct alignas(kCacheLine) RingHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need lock-free 64-bit atomics");
 
 inline size_t ringBytes(uint32_t slots, uint32_t slotBytes) {
-  return sizeof(RingHeader) + static_cast<size_t>(slots) * slotBytes;
+  return sizeof(RingHeader) + static_cast<size_t>(slots) * slotBytes + kAckWords * sizeof(uint64_t);
 }
 
 // A view of a ring mapped at `base` (either side).
@@ -75,7 +81,9 @@ class Ring {
     h->head.store(0, std::memory_order_relaxed);
     h->consumerSleeping.store(0, std::memory_order_relaxed);
     h->producerSleeping.store(0, std::memory_order_relaxed);
-    return Ring(base);
+    Ring r(base);
+    for (uint64_t i = 0; i < kAckWords; ++i) new (&r.ack(i)) std::atomic<uint64_t>(0);
+    return r;
   }
   bool valid(size_t mappedBytes) const {
     return h_ != nullptr && mappedBytes >= sizeof(RingHeader) && h_->magic == kRingMagic && h_->slots >= 2 &&
@@ -90,6 +98,10 @@ class Ring {
     return reinterpret_cast<SlotHeader*>(first + (position % h_->slots) * h_->slotBytes);
   }
   static std::byte* payload(SlotHeader* s) { return reinterpret_cast<std::byte*>(s) + sizeof(SlotHeader); }
+  std::atomic<uint64_t>& ack(uint64_t id) const {
+    auto* words = reinterpret_cast<std::byte*>(h_) + sizeof(RingHeader) + static_cast<size_t>(h_->slots) * h_->slotBytes;
+    return reinterpret_cast<std::atomic<uint64_t>*>(words)[id % kAckWords];
+  }
 
  private:
   RingHeader* h_ = nullptr;

@@ -1,9 +1,10 @@
 // Segments, descriptor passing and cross-memory attach for the shm backend.
 //
 //   Segment     : a memfd (anonymous: no name in /dev/shm, gone when the last descriptor and
-//                 mapping are), sized and sealed against resizing, mapped shared. The only ways
-//                 to it are the descriptor, passed over an authenticated Unix socket, and
-//                 /proc/<pid>/fd of a process of the same user (who could ptrace it anyway).
+//                 mapping are), sized and sealed against resizing, mapped shared. Its descriptor
+//                 goes to the one peer over an authenticated Unix socket and is then closed at
+//                 both ends: what is left is the two mappings, reachable otherwise only through
+//                 /proc/<pid>/map_files of those processes (their user, who could ptrace them).
 //   sendFds /
 //   recvFds     : a small message with descriptors attached (SCM_RIGHTS) over a blocking
 //                 Unix stream socket, with a deadline.
