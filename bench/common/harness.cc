@@ -145,9 +145,11 @@ void Runner::printDevices() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   const auto boot = rendezvous::bootstrapFromEnvironment();
-  // "cpu rdma [ofi tcp;ofi_rxm on lo]": the transport, and the fabric and device it runs on.
+  // "cpu rdma [ofi tcp;ofi_rxm on lo]", "cpu per_peer(shm+tcp_uring) [shm: memfd rings ...]":
+  // the backend(s) joining this rank to its peers, and what each runs on.
   const std::string what = comm_.device().describe();
-  const std::string name = std::string("cpu ") + comm_.transportName() + (what.empty() ? "" : " [" + what + "]");
+  const std::string name =
+      std::string("cpu ") + comm_.device().name() + (what.empty() ? "" : " [" + what + "]");
   std::string line = deviceLine(rank_, 0, static_cast<int>(getpid()), host, boot.localRank,
                                 "0000:00:00", name);
   std::vector<char> mine(kDeviceLineBytes, '\0');

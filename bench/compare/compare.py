@@ -193,9 +193,9 @@ class Systems:
             if args.unix:
                 self.names.append("ringfold-unix")
             if args.shm:
-                # ringfold's default on one host: shared memory (cross-memory attach for large
-                # messages), and the same with every message through the rings (CMA off).
-                self.names += ["ringfold-shm", "ringfold-shm-rings"]
+                # ringfold's default on one host: shared memory, every message through the rings,
+                # and the same with cross-memory attach for large messages (RINGFOLD_SHM_CMA=on).
+                self.names += ["ringfold-shm", "ringfold-shm-cma"]
             if args.rdma:
                 self.names.append("ringfold-rdma")
         else:
@@ -239,8 +239,8 @@ class Systems:
             local = "unix" if name.endswith("ringfold-unix") else "rdma" if name.endswith("ringfold-rdma") else \
                 "shm" if "ringfold-shm" in name else "tcp"
             env = {"RINGFOLD_SOCKET_IFNAME": "lo", "RINGFOLD_LOCAL_TRANSPORT": local}
-            if name.endswith("ringfold-shm-rings"):
-                env["RINGFOLD_SHM_CMA"] = "off"
+            if name.endswith("ringfold-shm-cma"):
+                env["RINGFOLD_SHM_CMA"] = "on"
             if local == "rdma":
                 env.update({"RINGFOLD_TRANSPORT": "rdma", "RINGFOLD_RDMA_FABRIC": "ofi",
                             "RINGFOLD_OFI_PROVIDER": self.args.ofi_provider, "FI_TCP_IFACE": "lo"})
@@ -340,8 +340,8 @@ def loopback(args):
                  f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
                  f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix' "
                  f"(Unix-domain sockets between the ranks), 'ringfold-shm', ringfold's default on one "
-                 f"host (shared-memory rings, cross-memory attach from 64 KiB), 'ringfold-shm-rings' "
-                 f"(the same with RINGFOLD_SHM_CMA=off: every message through the rings), "
+                 f"host (shared-memory rings: every message copied in and out, pipelined), 'ringfold-shm-cma' "
+                 f"(the same with RINGFOLD_SHM_CMA=on: large messages by cross-memory attach), "
                  f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self), and 'ringfold-rdma' "
                  f"(ringfold's rdma transport between every pair, libfabric {args.ofi_provider}).")
     for n in ranks:
@@ -363,7 +363,7 @@ def loopback(args):
             head.append("unix/MPI")
         if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
             head.append("unix/MPI shm")
-        for x in ("ringfold-shm", "ringfold-shm-rings"):
+        for x in ("ringfold-shm", "ringfold-shm-cma"):
             if x in systems.names and "mpi-shm" in systems.names:
                 head.append(x[len("ringfold-"):] + "/MPI shm")
         if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
@@ -390,7 +390,7 @@ def loopback(args):
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi"]), 2))
             if "ringfold-unix" in systems.names and "mpi-shm" in systems.names:
                 cells.append(fmt(ratio(med["ringfold-unix"], med["mpi-shm"]), 2))
-            for x in ("ringfold-shm", "ringfold-shm-rings"):
+            for x in ("ringfold-shm", "ringfold-shm-cma"):
                 if x in systems.names and "mpi-shm" in systems.names:
                     cells.append(fmt(ratio(med[x], med["mpi-shm"]), 2))
             if "ringfold-rdma" in systems.names and "ringfold" in systems.names:
@@ -601,7 +601,7 @@ def main():
                         "(its default on one host) as 'ringfold-unix', Open MPI over shared memory as 'mpi-shm'")
     p.add_argument("--shm", action=argparse.BooleanOptionalAction, default=True,
                    help="also run ringfold over shared memory between local ranks (its default on one host) "
-                        "as 'ringfold-shm', and with cross-memory attach off as 'ringfold-shm-rings'")
+                        "as 'ringfold-shm', and with cross-memory attach on as 'ringfold-shm-cma'")
     p.add_argument("--rdma", action=argparse.BooleanOptionalAction, default=False,
                    help="also run ringfold's rdma transport between every pair as 'ringfold-rdma' "
                         "(libfabric, --ofi-provider; on one host a functional path, see docs/rdma.md)")

@@ -51,6 +51,11 @@ void setRunVariables(std::vector<std::string>& env, const LaunchOptions& options
   if (!options.networkInterfaces.empty()) {
     setVar(env, "RINGFOLD_SOCKET_IFNAME", "=" + options.networkInterfaces);
   }
+  // --verbose: the ranks say at start-up which transport joins them to which peers (info level),
+  // unless a log level was chosen.
+  if (options.verbose && !findEnv(env, "RINGFOLD_LOG_LEVEL") && !findEnv(env, "HOROVOD_LOG_LEVEL")) {
+    setVar(env, "RINGFOLD_LOG_LEVEL", "info");
+  }
 }
 
 }  // namespace

@@ -51,13 +51,14 @@ GroupOptions matrixGroup() {
 }
 #elif defined(RF_MATRIX_SHM)
 #define RF_MATRIX_SUITE Shm
-// Small rings (1 KiB slots, 8 of them), so messages span slots and rings fill; messages from
-// 16 KiB go by cross-memory attach, so the 4 KiB-segment collectives use both paths.
+// Small rings (1 KiB slots, 8 of them), so messages span slots and rings fill; cross-memory
+// attach on from 2 KiB, so the 4 KiB-segment collectives use both paths.
 class ShmEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     setenv("RINGFOLD_SHM_SLOT_BYTES", "1K", 1);
     setenv("RINGFOLD_SHM_SLOTS", "8", 1);
+    setenv("RINGFOLD_SHM_CMA", "on", 1);
     setenv("RINGFOLD_SHM_CMA_MIN_BYTES", "2K", 1);
   }
 };

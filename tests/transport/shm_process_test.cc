@@ -95,7 +95,8 @@ TEST_F(ShmProcess, CollectivesOnOneHost) { collectivesOver(shmEnvironment(), "sh
 // time) and cross-memory attach from 4 KiB.
 TEST_F(ShmProcess, CollectivesSmallRingsAndCma) {
   collectivesOver(shmEnvironment(false, {{"RINGFOLD_TRANSPORT", "shm"}, {"RINGFOLD_SHM_SLOTS", "4"},
-                                         {"RINGFOLD_SHM_SLOT_BYTES", "1K"}, {"RINGFOLD_SHM_CMA_MIN_BYTES", "4K"}}),
+                                         {"RINGFOLD_SHM_SLOT_BYTES", "1K"}, {"RINGFOLD_SHM_CMA", "on"},
+                                         {"RINGFOLD_SHM_CMA_MIN_BYTES", "4K"}}),
                   "shm");
 }
 
@@ -104,6 +105,11 @@ TEST_F(ShmProcess, CollectivesOverShmAndTcp) { collectivesOver(shmEnvironment(tr
 // Every survivor names the victim: "the process of rank V (pid P) exited" (shm/peer.cc) or
 // "... has exited" / "... is stopped" (liveness/monitor.cc), within victimScenario's bound.
 TEST_F(ShmProcess, KilledPeerIsNamedRing) { victimScenario(1, false, AllreduceAlgorithm::kRing, shmEnvironment()); }
+// The same while large messages go by cross-memory attach: a survivor may be reading the
+// victim's memory when it dies.
+TEST_F(ShmProcess, KilledPeerIsNamedRingCma) {
+  victimScenario(1, false, AllreduceAlgorithm::kRing, shmEnvironment(false, {{"RINGFOLD_SHM_CMA", "on"}}));
+}
 TEST_F(ShmProcess, KilledPeerIsNamedDirect) { victimScenario(2, false, AllreduceAlgorithm::kDirect, shmEnvironment()); }
 TEST_F(ShmProcess, FrozenPeerIsNamedRing) { victimScenario(2, true, AllreduceAlgorithm::kRing, shmEnvironment()); }
 TEST_F(ShmProcess, FrozenPeerIsNamedDirect) { victimScenario(1, true, AllreduceAlgorithm::kDirect, shmEnvironment()); }

@@ -90,7 +90,7 @@ class CmaModes : public ::testing::TestWithParam<const char*> {};
 // Every size around the slot payload, the CMA limit and several MiB, both ways at once.
 TEST_P(CmaModes, EverySizeArrivesIntactBothWays) {
   SHM_ENV(GetParam());
-  const bool cma = std::string(GetParam()) == "auto";
+  const bool cma = std::string(GetParam()) == "on";
   const std::vector<size_t> sizes = {0,           1,          kPayload - 1, kPayload,          kPayload + 1,
                                      kSlotBytes * 8, kCmaMin - 1, kCmaMin,      (3u << 20) + 7};
   auto errors = runShm(2, [&](Rank& me) {
@@ -157,12 +157,12 @@ TEST_P(CmaModes, UnexpectedMessagesMatchFifoPerTag) {
   expectAllOk(errors);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shm, CmaModes, ::testing::Values("auto", "off"),
-                         [](const auto& info) { return std::string(info.param) == "auto" ? "Cma" : "RingsOnly"; });
+INSTANTIATE_TEST_SUITE_P(Shm, CmaModes, ::testing::Values("on", "off"),
+                         [](const auto& info) { return std::string(info.param) == "on" ? "Cma" : "RingsOnly"; });
 
 // A receive whose length or check differs fails with CheckMismatch on both sides.
 TEST(Shm, MismatchFailsBothSides) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   for (size_t size : {size_t{100}, size_t{100000}}) {
     auto errors = runShm(2, [&](Rank& me) {
       Buffer b(1, size);
@@ -194,7 +194,7 @@ TEST(Shm, MismatchFailsBothSides) {
 
 // A rank that aborts fails its peers' pending requests with its text, naming it.
 TEST(Shm, AbortReachesEveryPeer) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   auto errors = runShm(4, [&](Rank& me) {
     if (me.rank == 2) {
       std::this_thread::sleep_for(100ms);
@@ -217,7 +217,7 @@ TEST(Shm, AbortReachesEveryPeer) {
 
 // A silent peer: the wait times out naming it.
 TEST(Shm, SilentPeerTimesOutNamingIt) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   std::atomic<bool> release{false};
   auto errors = runShm(2, [&](Rank& me) {
     if (me.rank == 1) {
@@ -246,7 +246,7 @@ TEST(Shm, SilentPeerTimesOutNamingIt) {
 // A peer whose device goes away (its sockets close) fails what waits on it, naming it, after
 // delivering what it had already sent.
 TEST(Shm, PeerThatLeavesFailsPendingRequestsAfterItsLastMessage) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   auto errors = runShm(2, [&](Rank& me) {
     if (me.rank == 1) {
       Buffer b(5, 300);
@@ -272,7 +272,7 @@ TEST(Shm, PeerThatLeavesFailsPendingRequestsAfterItsLastMessage) {
 
 // connectAll with a subset: only those pairs are joined.
 TEST(Shm, SubsetConnectsOnlySelectedPairs) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   auto errors = runShm(
       4,
       [&](Rank& me) {
@@ -294,7 +294,7 @@ TEST(Shm, SubsetConnectsOnlySelectedPairs) {
 
 // A destroyed request that was still pending poisons the device.
 TEST(Shm, AbandonedRequestPoisonsTheDevice) {
-  SHM_ENV("auto");
+  SHM_ENV("on");
   auto errors = runShm(2, [&](Rank& me) {
     if (me.rank == 1) return;
     {

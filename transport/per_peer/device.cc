@@ -96,11 +96,21 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
   if (children.empty() || std::find(remote.begin(), remote.end(), true) != remote.end()) {
     children.push_back(connectChild(policy.remote, remote));
   }
-  for (int p = 0; p < spec.size; ++p) {
-    if (p != spec.rank) {
-      RF_LOG(kDebug) << "rank " << p << " through " << backendOf[p];
+  // One line per rank names the backend of every peer ("rank 0 reaches ranks 1-3 through shm,
+  // ranks 4-7 through tcp_uring"): ringfoldrun --verbose shows it.
+  std::string reach;
+  for (int p = 0; p < spec.size;) {
+    if (p == spec.rank) {
+      ++p;
+      continue;
     }
+    int q = p;
+    while (q + 1 < spec.size && q + 1 != spec.rank && backendOf[q + 1] == backendOf[p]) ++q;
+    reach += detail::concat(reach.empty() ? "" : ", ", q > p ? "ranks " : "rank ", p, q > p ? detail::concat("-", q) : "",
+                            " through ", backendOf[p]);
+    p = q + 1;
   }
+  RF_LOG(kInfo) << "rank " << spec.rank << " reaches " << (reach.empty() ? "no peer" : reach);
   if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers)};
   // How many peers each same-host backend joined (tests/netns reads this line).
   std::string local;

@@ -29,6 +29,8 @@ namespace {
 // The longest a wait sleeps between two calls of the wait hook, and without one.
 constexpr auto kHookSlice = std::chrono::microseconds(200);
 constexpr auto kBlockSlice = std::chrono::milliseconds(1);
+// Polls of the rings (each after a pause instruction) before a waiting rank yields its core.
+constexpr int kPollsBeforeYield = 64;
 // How often progress() looks at the peers' sockets while nothing sleeps.
 constexpr auto kSocketCheckEvery = std::chrono::milliseconds(10);
 
@@ -51,10 +53,10 @@ Tuning Tuning::fromEnvironment() {
   t.slotBytes = static_cast<uint32_t>((slotBytes + kCacheLine - 1) & ~uint64_t{kCacheLine - 1});
   t.cmaMinBytes = params::kShmCmaMinBytes.asBytes();
   const std::string cma = params::kShmCma.str();
-  if (cma != "auto" && cma != "off") {
-    RF_THROW(InvalidArgument, params::kShmCma.name, "='", cma, "' is not auto or off");
+  if (cma != "on" && cma != "off") {
+    RF_THROW(InvalidArgument, params::kShmCma.name, "='", cma, "' is not on or off");
   }
-  t.cma = cma == "auto";
+  t.cma = cma == "on";
   t.spin = std::chrono::microseconds(std::max<int64_t>(params::kSpinMicros.asInt(), 0));
   t.timeout = params::kTimeout.asSeconds();
   return t;
@@ -207,7 +209,8 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
   } else if (viaCma == static_cast<int>(active_.size())) {
     describe_ += detail::concat("cross-memory attach from ", bytesText(tuning_.cmaMinBytes));
   } else if (viaCma == 0) {
-    describe_ += "every message through the rings (" + (whyNot.empty() ? std::string("no cross-memory attach") : whyNot) + ")";
+    describe_ += tuning_.cma ? "every message through the rings (" + whyNot + ")"
+                             : std::string("every message through the rings");
   } else {
     describe_ += detail::concat("cross-memory attach from ", bytesText(tuning_.cmaMinBytes), " to ", viaCma, " of ",
                                 active_.size(), " peers");
@@ -294,7 +297,17 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
     void throwIfPoisoned() {
       if (d.poisoned()) d.throwPoison();
     }
-    unsigned progress() { return d.progress(); }
+    unsigned progress() {
+      if (const unsigned n = d.progress()) return n;
+      // A slot arrives in well under a microsecond once the peer has written it, while the wait
+      // loop's yield between two polls costs about that much: poll the rings a little before
+      // yielding the core.
+      for (int i = 0; i < kPollsBeforeYield; ++i) {
+        cpuRelax();
+        if (std::any_of(d.active_.begin(), d.active_.end(), [](Peer* p) { return p->ready(); })) return d.progress();
+      }
+      return 0;
+    }
     void block(Clock::duration slice) { d.block(slice); }
     void afterAnnounce() { d.progress(); }
     void withdraw() { d.monitor_->withdraw(); }

@@ -38,7 +38,7 @@ struct Tuning {
   uint32_t slots = 64;
   uint32_t slotBytes = 16 << 10;
   size_t cmaMinBytes = 64 << 10;
-  bool cma = true;  // RINGFOLD_SHM_CMA: auto (true) or off
+  bool cma = false;  // RINGFOLD_SHM_CMA: on (where permitted) or off
   std::chrono::microseconds spin{50};
   std::chrono::milliseconds timeout{60000};
   static Tuning fromEnvironment();

@@ -61,6 +61,15 @@ struct alignas(kCacheLine) RingHeader {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need lock-free 64-bit atomics");
 
+// A spin-wait hint to the CPU (x86 PAUSE, Arm YIELD).
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 inline size_t ringBytes(uint32_t slots, uint32_t slotBytes) {
   return sizeof(RingHeader) + static_cast<size_t>(slots) * slotBytes + kAckWords * sizeof(uint64_t);
 }
