@@ -67,10 +67,21 @@ std::vector<int> cpusForRank(const std::vector<Core>& cores, int localRank, int 
   return cpus;
 }
 
-std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize) {
-  const bool oversubscribed = static_cast<size_t>(std::max(localSize, 0)) > cores.size();
-  if (policy == BindPolicy::kNone || (policy == BindPolicy::kAuto && !oversubscribed)) return {};
+std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize,
+                            bool polling) {
+  const size_t n = static_cast<size_t>(std::max(localSize, 0));
+  const bool bindAuto = n > cores.size() || (polling && n > 1 && n == cores.size());
+  if (policy == BindPolicy::kNone || (policy == BindPolicy::kAuto && !bindAuto)) return {};
   return cpusForRank(cores, localRank, localSize);
+}
+
+bool localTransportPolls(const std::vector<std::string>& env) {
+  std::string local = "shm";  // RINGFOLD_LOCAL_TRANSPORT's default
+  for (const auto& e : env) {
+    if (e.rfind("RINGFOLD_LOCAL_TRANSPORT=", 0) == 0) local = e.substr(e.find('=') + 1);
+    if (e == "RINGFOLD_TRANSPORT=loopback") return false;
+  }
+  return local.empty() || local == "shm";
 }
 
 std::string cpuListText(const std::vector<int>& cpus) {

@@ -2,9 +2,12 @@
 //
 // Why: with more ranks than cores, the scheduler stacks a rank onto the core its ring
 // neighbour needs, and the rank then waits for data its neighbour cannot send. With no more
-// ranks than cores, binding costs, since an unbound rank can take whichever core is free when
-// its peer's data arrives. Hence the default, auto: bind only when the local ranks outnumber the
-// cores (figures in docs/performance.md and bench/results/compare_loopback.md).
+// ranks than cores, binding costs over sockets, since an unbound rank can take whichever core is
+// free when its peer's data arrives (figures in docs/performance.md and
+// bench/results/compare_loopback.md). Over shared memory, where a waiting rank polls its rings
+// in user space, an unbound pair often shares one core for a whole run: as many ranks as cores
+// run 2-5x faster bound up to 256 KiB (docs/shm.md). Hence the default, auto: bind when the
+// local ranks outnumber the cores, or fill them and the same-host transport is shared memory.
 //
 // Contract
 //   * machineCores() groups the CPUs the launcher may use (its own affinity mask, so taskset,
@@ -16,7 +19,8 @@
 //     rank's framework threads and data loaders keep a fair share of the machine; with more
 //     ranks than cores, rank i gets core i % C, so ring neighbours i and i+1 run on different
 //     cores. One local rank gets every core (no constraint).
-//   * bindingFor(): kCore binds as cpusForRank() says; kAuto only when localSize > cores;
+//   * bindingFor(): kCore binds as cpusForRank() says; kAuto only when localSize > cores, or
+//     localSize == cores > 1 and `polling` (the same-host transport polls in user space: shm);
 //     kNone never. Empty means unbound.
 //   * Only ranks the launcher forks are bound; ranks on remote hosts and ranks started by other
 //     launchers (torchrun, srun, mpirun) run as their launcher placed them.
@@ -47,7 +51,12 @@ std::vector<int> allowedCpus();
 std::vector<int> cpusForRank(const std::vector<Core>& cores, int localRank, int localSize);
 
 // The CPUs of local rank `localRank` of `localSize` under `policy` (empty: unbound).
-std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize);
+std::vector<int> bindingFor(BindPolicy policy, const std::vector<Core>& cores, int localRank, int localSize,
+                            bool polling = false);
+
+// Whether the ranks' same-host transport polls shared memory, from their environment
+// (RINGFOLD_LOCAL_TRANSPORT unset or "shm", RINGFOLD_TRANSPORT not "loopback").
+bool localTransportPolls(const std::vector<std::string>& rankEnvironment);
 
 // "0-3,8" style list, as in /proc/self/status Cpus_allowed_list.
 std::string cpuListText(const std::vector<int>& cpus);

@@ -430,7 +430,7 @@ int Job::run() {
     Start s;
     if (slot.local) {
       s.env = buildRankEnvironment(base, options_, slot, endpoint);
-      s.cpus = bindingFor(options_.bindTo, cores, slot.localRank, slot.localSize);
+      s.cpus = bindingFor(options_.bindTo, cores, slot.localRank, slot.localSize, localTransportPolls(s.env));
     } else {
       s.sshArgv = sshArgv(ssh, sshSettings, slot.host, nonce_);
       s.script = remoteScript({buildRemoteEnvironment(base, options_, slot, endpoint), cwd,

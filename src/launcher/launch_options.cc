@@ -260,7 +260,8 @@ run:
                         core: each rank on this machine runs on its own share of the cores
                         the launcher may use (1 of 4 ranks on 16 cores: 4 cores; more ranks
                         than cores: one core each, round robin); auto (default): as core
-                        when the ranks outnumber the cores, else unbound; none: unbound
+                        when the ranks outnumber the cores, or fill them and talk through
+                        shared memory (the default on one host), else unbound; none: unbound
   --verbose             print what the launcher does, and how long start-up took
   -cb, --check-build    show which transports, reducers and bindings this build has
   -h, --help            show this help and exit

@@ -55,9 +55,12 @@ TEST(CpuBinding, RanksShareCoresEvenlyOrRoundRobin) {
   EXPECT_TRUE(cpusForRank(four, 4, 4).empty());
 }
 
-TEST(CpuBinding, AutoBindsOnlyWhenRanksOutnumberCores) {
+TEST(CpuBinding, AutoBindsWhenRanksOutnumberCoresOrFillThemOverShm) {
   const std::vector<Core> two = {{0}, {1}};
   EXPECT_TRUE(bindingFor(BindPolicy::kAuto, two, 1, 2).empty());
+  EXPECT_EQ(bindingFor(BindPolicy::kAuto, two, 1, 2, true), (Cpus{1}));  // ranks fill the cores over shm
+  EXPECT_TRUE(bindingFor(BindPolicy::kAuto, two, 0, 1, true).empty());
+  EXPECT_TRUE(bindingFor(BindPolicy::kAuto, std::vector<Core>{{0}, {1}, {2}}, 0, 2, true).empty());
   EXPECT_EQ(bindingFor(BindPolicy::kAuto, two, 1, 3), (Cpus{1}));
   EXPECT_EQ(bindingFor(BindPolicy::kCore, two, 1, 2), (Cpus{1}));
   EXPECT_TRUE(bindingFor(BindPolicy::kNone, two, 1, 3).empty());
@@ -79,6 +82,14 @@ TEST(CpuBinding, ThisMachineHasAtLeastOneCore) {
   size_t threads = 0;
   for (const auto& c : machineCores(cpus)) threads += c.size();
   EXPECT_EQ(threads, cpus.size());
+}
+
+TEST(CpuBinding, LocalTransportPollsUnlessSocketsOrLoopbackAreChosen) {
+  EXPECT_TRUE(localTransportPolls({"PATH=/bin"}));
+  EXPECT_TRUE(localTransportPolls({"RINGFOLD_LOCAL_TRANSPORT=shm"}));
+  EXPECT_FALSE(localTransportPolls({"RINGFOLD_LOCAL_TRANSPORT=unix"}));
+  EXPECT_FALSE(localTransportPolls({"RINGFOLD_LOCAL_TRANSPORT=tcp"}));
+  EXPECT_FALSE(localTransportPolls({"RINGFOLD_TRANSPORT=loopback"}));
 }
 
 }  // namespace

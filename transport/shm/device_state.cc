@@ -238,18 +238,20 @@ unsigned DeviceState::progress() {
     const Clock::time_point now = Clock::now();
     if (now >= nextSocketCheck_) {
       nextSocketCheck_ = now + kSocketCheckEvery;
-      checkSockets(0);
+      checkSockets(Clock::duration::zero());
     }
   }
   return n;
 }
 
-void DeviceState::checkSockets(int timeoutMs) {
+void DeviceState::checkSockets(Clock::duration timeout) {
   std::vector<pollfd> fds;
   fds.reserve(active_.size() + 1);
   fds.push_back({doorbell_, POLLIN, 0});
   for (Peer* p : active_) fds.push_back({p->socket(), static_cast<short>(p->gone() ? 0 : POLLIN | POLLRDHUP), 0});
-  const int r = ::poll(fds.data(), fds.size(), timeoutMs);
+  const auto ns = std::max<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(), 0);
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  const int r = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
   if (r <= 0) return;
   if (fds[0].revents & POLLIN) {
     uint64_t v;
@@ -274,14 +276,7 @@ void DeviceState::block(Clock::duration slice) {
   const bool ready = std::any_of(active_.begin(), active_.end(), [](Peer* p) { return p->ready(); });
   if (!ready) {
     ++stats_.sleeps;
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(slice).count();
-    // poll() takes milliseconds: a slice under 1 ms polls without sleeping, then yields.
-    if (ms == 0) {
-      checkSockets(0);
-      std::this_thread::sleep_for(slice);
-    } else {
-      checkSockets(static_cast<int>(ms));
-    }
+    checkSockets(slice);
   }
   for (Peer* p : active_) p->endSleep();
 }

@@ -82,7 +82,7 @@ class DeviceState final : private liveness::Links {
   // Sleeps on the doorbell and the peers' sockets (or `slice`); returns at once if a ring moved.
   void block(std::chrono::steady_clock::duration slice);
   // Looks at the peers' sockets without waiting (a hang-up: that peer's process ended).
-  void checkSockets(int timeoutMs);
+  void checkSockets(std::chrono::steady_clock::duration timeout);
   bool abortsSent() const;
   void sendNotice(int peer, const liveness::Notice& notice) override;
   void sendAbort(int peer, ErrorKind kind, const std::string& text) override;

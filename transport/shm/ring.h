@@ -49,15 +49,18 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == kCacheLine, "a slot header is one cache line");
 
-struct alignas(kCacheLine) RingHeader {
+// Fields written by different sides are kPadding apart: two cache lines, since the adjacent-line
+// prefetchers of current x86 cores fetch lines in pairs.
+constexpr size_t kPadding = 2 * kCacheLine;
+struct alignas(kPadding) RingHeader {
   uint32_t magic;
   uint32_t slots;
   uint32_t slotBytes;
   uint32_t reserved;
-  alignas(kCacheLine) std::atomic<uint64_t> tail;  // slots published (producer)
-  alignas(kCacheLine) std::atomic<uint64_t> head;  // slots consumed (consumer)
-  alignas(kCacheLine) std::atomic<uint32_t> consumerSleeping;
-  alignas(kCacheLine) std::atomic<uint32_t> producerSleeping;
+  alignas(kPadding) std::atomic<uint64_t> tail;  // slots published (producer)
+  alignas(kPadding) std::atomic<uint64_t> head;  // slots consumed (consumer)
+  alignas(kPadding) std::atomic<uint32_t> consumerSleeping;
+  alignas(kPadding) std::atomic<uint32_t> producerSleeping;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "rings need lock-free 64-bit atomics");
 
