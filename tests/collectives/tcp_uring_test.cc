@@ -2,7 +2,8 @@
 // Device, rendezvous through a HashStore) over a subset of the loopback matrix that still
 // covers every dtype, op, rank count {1,2,3,5,8} and count; and one job of forked processes
 // that starts like a real one (Communicator::fromEnvironment with torchrun's variables, rank 0
-// hosting the TCP store), which also runs the checks of per_peer_test_util.h.
+// hosting the TCP store), which also runs the checks of per_peer_test_util.h. The same forked
+// job runs every dtype x op x count over the shm transport (ranks as processes).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -110,7 +111,9 @@ INSTANTIATE_TEST_SUITE_P(TcpUring, TcpThreads, ::testing::ValuesIn(kRankCounts),
                          [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
 
 // One rank of the forked job: returns the number of wrong results (exceptions propagate).
-int forkedRank() {
+// `every`: every reducible dtype x op x count (the matrix's allreduce axes, with ranks as
+// processes); else three dtypes, sum, one count.
+int forkedRank(bool every) {
   auto comm = Communicator::fromEnvironment();
   comm->setSegmentBytes(4096);
   comm->setTimeout(20s);
@@ -120,24 +123,33 @@ int forkedRank() {
   const int n = comm->size(), r = comm->rank();
   auto red = makeCpuReducer();
   int wrong = 0;
-  for (auto t : {DataType::kFloat32, DataType::kBfloat16, DataType::kInt64}) {
-    for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}) {
-      const size_t count = 20011;
-      std::vector<testref::Bytes> inputs;
-      for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 77));
-      auto want = testref::referenceAllreduce(*red, inputs, count, t, ReduceOp::kSum, 1.0, 1.0,
-                                              algo == AllreduceAlgorithm::kRing, tuning.ringChunkBytes);
-      testref::Bytes got(want.size());
-      AllreduceOptions o;
-      o.sendbuf = inputs[r].data();
-      o.recvbuf = got.data();
-      o.count = count;
-      o.dtype = t;
-      o.algorithm = algo;
-      allreduce(*comm, o);
-      if (got != want) {
-        std::fprintf(stderr, "rank %d: allreduce %s wrong\n", r, dataTypeName(t));
-        ++wrong;
+  const std::vector<DataType> types =
+      every ? reducibleTypes() : std::vector<DataType>{DataType::kFloat32, DataType::kBfloat16, DataType::kInt64};
+  const std::vector<ReduceOp> ops = every ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum};
+  const std::vector<size_t> counts = every ? kCounts : std::vector<size_t>{20011};
+  for (auto t : types) {
+    for (auto op : ops) {
+      for (size_t count : counts) {
+        for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}) {
+          std::vector<testref::Bytes> inputs;
+          for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 77));
+          auto want = testref::referenceAllreduce(*red, inputs, count, t, op, 1.0, 1.0,
+                                                  algo == AllreduceAlgorithm::kRing, tuning.ringChunkBytes);
+          testref::Bytes got(want.size());
+          AllreduceOptions o;
+          o.sendbuf = inputs[r].data();
+          o.recvbuf = got.data();
+          o.count = count;
+          o.dtype = t;
+          o.op = op;
+          o.algorithm = algo;
+          allreduce(*comm, o);
+          if (got != want) {
+            std::fprintf(stderr, "rank %d: allreduce %s op %d count %zu wrong\n", r, dataTypeName(t),
+                         static_cast<int>(op), count);
+            ++wrong;
+          }
+        }
       }
     }
   }
@@ -145,7 +157,8 @@ int forkedRank() {
   return wrong;
 }
 
-TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
+// Forks `kRanks` ranks started like a real job, with `env` set in each, running forkedRank.
+void runForkedJob(bool every, const std::vector<std::pair<const char*, const char*>>& env) {
   std::string why;
   if (test::uringUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
   constexpr int kRanks = 3;
@@ -156,9 +169,10 @@ TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       test::setForkedRankEnvironment(r, kRanks, r, kRanks, port);
+      for (auto& [k, v] : env) setenv(k, v, 1);
       int code = 3;
       try {
-        code = forkedRank() == 0 ? 0 : 1;
+        code = forkedRank(every) == 0 ? 0 : 1;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 2;
@@ -182,6 +196,18 @@ TEST(TcpUringProcesses, JobStartedFromTheEnvironment) {
     }
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " status " << status;
   }
+}
+
+TEST(TcpUringProcesses, JobStartedFromTheEnvironment) { runForkedJob(false, {}); }
+
+// The shm transport between processes (RINGFOLD_TRANSPORT=shm): every dtype x op x count, over
+// small rings (8 slots of 1 KiB: messages span slots, rings fill), then with cross-memory attach
+// from 2 KiB.
+TEST(ShmProcesses, EveryDtypeOpAndCountThroughTheRings) {
+  runForkedJob(true, {{"RINGFOLD_TRANSPORT", "shm"}, {"RINGFOLD_SHM_SLOTS", "8"}, {"RINGFOLD_SHM_SLOT_BYTES", "1K"}});
+}
+TEST(ShmProcesses, EveryDtypeOpAndCountByCrossMemoryAttach) {
+  runForkedJob(true, {{"RINGFOLD_TRANSPORT", "shm"}, {"RINGFOLD_SHM_CMA", "on"}, {"RINGFOLD_SHM_CMA_MIN_BYTES", "2K"}});
 }
 
 }  // namespace

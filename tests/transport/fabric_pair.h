@@ -77,9 +77,10 @@ struct Rank {
   }
 
   // The next message from the other rank; keeps polling the fabric (its progress) meanwhile.
-  std::string recv() {
+  // `wait`: longer when the other rank may itself spend kWait before it sends.
+  std::string recv(std::chrono::milliseconds wait = kWait) {
     std::string buf;
-    const auto until = Clock::now() + kWait;
+    const auto until = Clock::now() + wait;
     auto readSome = [&](size_t want) {
       while (buf.size() < want) {
         pump();
