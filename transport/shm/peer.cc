@@ -57,7 +57,7 @@ void Peer::postRecv(RequestState& r) {
       finish(r);
     } else if (inBuffer_ == &u) {
       // Still arriving: what came so far moves over, the rest lands in the receive directly.
-      std::memcpy(r.data, u.data.data(), u.filled);
+      std::memcpy(r.data, u.data.get(), u.filled);
       device_.counters().unexpectedCopyBytes += u.filled;
       r.offset = u.filled;
       inBuffer_ = nullptr;
@@ -65,6 +65,7 @@ void Peer::postRecv(RequestState& r) {
     } else {
       deliver(r, u);
     }
+    recycle(u);
     unexpected_.erase(it);
     return;
   }
@@ -73,10 +74,38 @@ void Peer::postRecv(RequestState& r) {
 }
 
 void Peer::deliver(RequestState& r, Unexpected& u) {
-  if (u.length > 0) std::memcpy(r.data, u.data.data(), u.length);
+  if (u.length > 0) std::memcpy(r.data, u.data.get(), u.length);
   device_.counters().unexpectedCopyBytes += u.length;
   r.offset = u.length;
   finish(r);
+}
+
+void Peer::allocate(Unexpected& u) {
+  auto best = spares_.end();
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    if (it->first >= u.length && (best == spares_.end() || it->first < best->first)) best = it;
+  }
+  if (best != spares_.end()) {
+    u.capacity = best->first;
+    u.data = std::move(best->second);
+    spares_.erase(best);
+    return;
+  }
+  u.capacity = std::max<size_t>(u.length, 1);
+  u.data.reset(new std::byte[u.capacity]);
+}
+
+void Peer::recycle(Unexpected& u) {
+  constexpr size_t kSpares = 8;  // enough for a collective's segments in flight
+  if (!u.data) return;
+  if (spares_.size() >= kSpares) {
+    // Keep the larger buffers: they are the expensive ones.
+    auto smallest = std::min_element(spares_.begin(), spares_.end(),
+                                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (smallest->first >= u.capacity) return;
+    spares_.erase(smallest);
+  }
+  spares_.emplace_back(u.capacity, std::move(u.data));
 }
 
 void Peer::finish(RequestState& r) {
@@ -192,7 +221,7 @@ void Peer::handle(SlotHeader* s) {
         u->tag = slot.tag;
         u->check = slot.check;
         u->length = slot.length;
-        u->data.resize(slot.length);
+        allocate(*u);
         inBuffer_ = u.get();
         unexpected_.push_back(std::move(u));
       }
@@ -218,7 +247,7 @@ void Peer::handle(SlotHeader* s) {
       } else if (inBuffer_ != nullptr) {
         Unexpected& u = *inBuffer_;
         const size_t take = std::min<size_t>(bytes, u.length - u.filled);
-        std::memcpy(u.data.data() + u.filled, from, take);
+        std::memcpy(u.data.get() + u.filled, from, take);
         u.filled += take;
         stats.ringCopyBytes += take;
         if (u.filled == u.length) {
@@ -278,8 +307,8 @@ void Peer::bounceUnexpected(Clock::duration minAge) {
   const Clock::time_point now = Clock::now();
   for (auto& u : unexpected_) {
     if (!u->rts || now - u->arrived < minAge) continue;
-    u->data.resize(u->length);
-    if (!readRts(u->data.data(), u->length, u->address, u->id)) return;
+    allocate(*u);
+    if (!readRts(u->data.get(), u->length, u->address, u->id)) return;
     u->rts = false;
     u->filled = u->length;
     ++device_.counters().bouncedMessages;

@@ -90,7 +90,8 @@ class Peer {
  private:
   struct Unexpected {
     uint64_t tag = 0, check = 0, length = 0;
-    std::vector<std::byte> data;
+    std::unique_ptr<std::byte[]> data;  // `capacity` bytes, from spares_ (not zeroed)
+    size_t capacity = 0;
     size_t filled = 0;
     bool rts = false;       // a request to send not yet read (data empty)
     uint64_t address = 0;   // rts: where the bytes are in the sender
@@ -102,6 +103,10 @@ class Peer {
     std::string payload;
   };
 
+  // Buffers for unexpected messages, kept for reuse (a fresh one costs page faults and zeroing
+  // per message): the smallest spare that fits, else a new one.
+  void allocate(Unexpected& u);
+  void recycle(Unexpected& u);
   void handle(SlotHeader* s);
   // Completes the sends whose ack word the peer has set; returns how many.
   unsigned collectAcks();
@@ -137,6 +142,7 @@ class Peer {
   uint64_t head_ = 0;                  // next inbox slot to read
   std::deque<RequestState*> posted_;   // receives not yet matched, in posting order
   std::deque<std::unique_ptr<Unexpected>> unexpected_;  // messages not yet matched, in arrival order
+  std::vector<std::pair<size_t, std::unique_ptr<std::byte[]>>> spares_;  // {capacity, buffer}
   RequestState* inRequest_ = nullptr;  // the eager message arriving: into this receive,
   Unexpected* inBuffer_ = nullptr;     // or into this buffer
   bool inMessage_ = false;
