@@ -151,12 +151,7 @@ bool Peer::readRts(std::byte* dst, uint64_t length, uint64_t address, uint64_t i
   device_.counters().cmaBytes += length;
   // The sender's send is complete (ring.h: ack words); wake it if it sleeps.
   in_.ack(id).store(id, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  RingHeader* h = in_.header();
-  if (h->producerSleeping.load(std::memory_order_relaxed) != 0 &&
-      h->producerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
-    DeviceState::ring(peerDoorbell_);
-  }
+  wakeIfSleeping(in_.header()->producerSleeping);
   return true;
 }
 
@@ -193,12 +188,7 @@ unsigned Peer::receive() {
   }
   if (n > 0) {
     device_.monitor().heard(rank_);
-    // The peer may sleep waiting for the space just freed (ring.h).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (h->producerSleeping.load(std::memory_order_relaxed) != 0 &&
-        h->producerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
-      DeviceState::ring(peerDoorbell_);
-    }
+    wakeIfSleeping(h->producerSleeping);  // the peer may sleep waiting for the space just freed
   }
   return n + acked;
 }
@@ -389,15 +379,17 @@ unsigned Peer::flush() {
     }
   }
   if (n > 0) {
-    // The peer may sleep waiting for these slots (ring.h).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    RingHeader* h = out_.header();
-    if (h->consumerSleeping.load(std::memory_order_relaxed) != 0 &&
-        h->consumerSleeping.exchange(0, std::memory_order_relaxed) != 0) {
-      DeviceState::ring(peerDoorbell_);
-    }
+    wakeIfSleeping(out_.header()->consumerSleeping);  // the peer may sleep waiting for these slots
   }
   return n;
+}
+
+void Peer::wakeIfSleeping(std::atomic<uint32_t>& sleeping) {
+  // The waker's half of ring.h's sleeping protocol: after publishing, a fence, then the flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_relaxed) != 0 && sleeping.exchange(0, std::memory_order_relaxed) != 0) {
+    DeviceState::ring(peerDoorbell_);
+  }
 }
 
 void Peer::queueControl(const SlotHeader& h, std::string payload) { control_.push_back({h, std::move(payload)}); }

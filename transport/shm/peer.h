@@ -119,6 +119,9 @@ class Peer {
   void deliver(RequestState& r, Unexpected& u);
   void finish(RequestState& r);
   void queueControl(const SlotHeader& h, std::string payload = {});
+  // After publishing (slots, freed space, an ack word): rings the peer's doorbell if `sleeping`
+  // (its flag on that ring) says it sleeps, clearing the flag.
+  void wakeIfSleeping(std::atomic<uint32_t>& sleeping);
   bool hasPendingWork() const;
   void poisonGone();
   // "the process of rank R (pid P) exited" (or "is still running<ifRunning>", "exited or
