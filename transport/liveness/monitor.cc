@@ -8,6 +8,12 @@
 
 namespace ringfold::transport::liveness {
 
+void MonitorSlot::share(std::shared_ptr<Monitor> monitor, bool connected) {
+  RF_ENFORCE(!connected, "shareLiveness() must come before connectAll()");
+  RF_ENFORCE(monitor != nullptr, "shareLiveness(): no monitor");
+  monitor_ = std::move(monitor);
+}
+
 std::string seconds(Clock::duration d) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f", std::chrono::duration<double>(d).count());

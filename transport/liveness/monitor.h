@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,19 @@ class Monitor {
   int rank_ = -1;
   std::vector<Peer> peers_;
   std::vector<std::pair<const Links*, bool>> aborted_;  // per attached backend
+};
+
+// A backend device's monitor: its own until the communicator shares one with the device's
+// siblings (Device::shareLiveness, which must come before connectAll).
+class MonitorSlot {
+ public:
+  Monitor& operator*() const { return *monitor_; }
+  Monitor* operator->() const { return monitor_.get(); }
+  // Throws if the device is already `connected`, or `monitor` is null.
+  void share(std::shared_ptr<Monitor> monitor, bool connected);
+
+ private:
+  std::shared_ptr<Monitor> monitor_ = std::make_shared<Monitor>();
 };
 
 // "2.5" for 2.5 s: durations in error messages.

@@ -316,10 +316,7 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
 }
 
 void DeviceState::shareMonitor(std::shared_ptr<liveness::Monitor> monitor) {
-  RF_ENFORCE(!connected_, "shareLiveness() must come before connectAll()");
-  RF_ENFORCE(monitor != nullptr, "shareLiveness(): no monitor");
-  monitorOwner_ = std::move(monitor);
-  monitor_ = monitorOwner_.get();
+  monitor_.share(std::move(monitor), connected_);
 }
 
 // ---- liveness::Links --------------------------------------------------------------------------

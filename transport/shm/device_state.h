@@ -102,8 +102,7 @@ class DeviceState final : private liveness::Links {
   std::function<void()> hook_;
   Stats stats_;
   uint64_t probeWord_ = 0;  // read by peers to learn whether cross-memory attach works
-  std::shared_ptr<liveness::Monitor> monitorOwner_ = std::make_shared<liveness::Monitor>();
-  liveness::Monitor* monitor_ = monitorOwner_.get();
+  liveness::MonitorSlot monitor_;
 };
 
 }  // namespace ringfold::transport::shm

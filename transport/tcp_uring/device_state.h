@@ -137,8 +137,7 @@ class DeviceState final : private liveness::Links {
   bool closed_ = false;
   bool urgent_ = false;
   std::function<void()> hook_;
-  std::shared_ptr<liveness::Monitor> monitorOwner_ = std::make_shared<liveness::Monitor>();
-  liveness::Monitor* monitor_ = monitorOwner_.get();
+  liveness::MonitorSlot monitor_;
 };
 
 }  // namespace ringfold::transport::tcp_uring
