@@ -35,6 +35,22 @@ struct Waited {
   uint64_t tag = 0;
 };
 
+// A request's test(), the non-blocking twin of waitFor: a few rounds of the device's progress
+// while they move something (a completion may queue work the backend can finish at once, such as
+// a payload read after its header); true once `done`; throws the device's error. D provides
+// bool poisoned(); [[noreturn]] void throwPoison(); unsigned progress().
+template <class D>
+bool testFor(D& device, const bool& done) {
+  if (done) return true;
+  if (device.poisoned()) device.throwPoison();
+  for (int round = 0; round < 4 && !done && !device.poisoned(); ++round) {
+    if (device.progress() == 0) break;
+  }
+  if (done) return true;
+  if (device.poisoned()) device.throwPoison();
+  return false;
+}
+
 template <class B>
 void waitFor(B& backend, Monitor& monitor, const Waited& w, std::chrono::microseconds spin,
              std::chrono::milliseconds timeout, std::chrono::milliseconds configured) {

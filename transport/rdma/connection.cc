@@ -2,6 +2,7 @@
 #include "transport/rdma/connection.h"
 
 #include "common/error.h"
+#include "transport/liveness/wait.h"
 #include "transport/rdma/device_state.h"
 #include "transport/rdma/memory_region.h"
 #include "transport/rdma/peer.h"
@@ -13,16 +14,7 @@ RdmaRequest::~RdmaRequest() {
   if (state_.owned != nullptr && device_->cache() != nullptr) device_->cache()->release(state_.owned);
 }
 
-bool RdmaRequest::test() {
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  for (int round = 0; round < 4 && !state_.done && !device_->poisoned(); ++round) {
-    if (device_->progress() == 0) break;
-  }
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  return false;
-}
+bool RdmaRequest::test() { return liveness::testFor(*device_, state_.done); }
 
 void RdmaRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
 

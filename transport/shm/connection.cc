@@ -2,6 +2,7 @@
 #include "transport/shm/connection.h"
 
 #include "common/error.h"
+#include "transport/liveness/wait.h"
 #include "transport/shm/device_state.h"
 
 namespace ringfold::transport::shm {
@@ -10,16 +11,7 @@ ShmRequest::~ShmRequest() {
   if (!state_.done && state_.posted) device_->abandon(state_);
 }
 
-bool ShmRequest::test() {
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  for (int round = 0; round < 4 && !state_.done && !device_->poisoned(); ++round) {
-    if (device_->progress() == 0) break;
-  }
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  return false;
-}
+bool ShmRequest::test() { return liveness::testFor(*device_, state_.done); }
 
 void ShmRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
 

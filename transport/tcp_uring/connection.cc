@@ -2,6 +2,7 @@
 #include "transport/tcp_uring/connection.h"
 
 #include "common/error.h"
+#include "transport/liveness/wait.h"
 #include "transport/tcp_uring/device_state.h"
 #include "transport/tcp_uring/peer_link.h"
 #include "transport/tcp_uring/uring_loop.h"
@@ -13,18 +14,7 @@ TcpRequest::~TcpRequest() {
   if (!state_.done && state_.peer != nullptr) device_->abandon(state_);
 }
 
-bool TcpRequest::test() {
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  // A completion may queue an op the kernel can finish at once (the payload after a header
-  // read on its own), so take a few rounds while they make progress; never blocks.
-  for (int round = 0; round < 4 && !state_.done && !device_->poisoned(); ++round) {
-    if (device_->progress() == 0) break;
-  }
-  if (state_.done) return true;
-  if (device_->poisoned()) device_->throwPoison();
-  return false;
-}
+bool TcpRequest::test() { return liveness::testFor(*device_, state_.done); }
 
 void TcpRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
 
