@@ -46,32 +46,15 @@ struct RunOptions {
 // Runs `body` on `size` threads, each with an rdma Device over its own fake endpoint.
 inline std::vector<std::exception_ptr> runRdmaRanks(int size, const std::function<void(Rank&)>& body,
                                                     const RunOptions& o) {
-  rendezvous::HashStore store;
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<transport::Device> device;
-      try {
-        transport::rdma::Options options;
-        options.opened = transport::rdma::fake::open(r, size);
-        device = transport::rdma::createDevice(options);
-        auto peers = device->connectAll(store, "t", r, size, o.connectTimeout);
-        Rank rank{r, size, *device, peers};
-        body(rank);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        if (device && o.abortOnError) {
-          std::string text;
-          int peer;
-          transport::ErrorKind kind = transport::describeError(errors[r], text, peer);
-          device->abort(kind, text);
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  RankThreads how;
+  how.device = [size](int r) {
+    transport::rdma::Options options;
+    options.opened = transport::rdma::fake::open(r, size);
+    return transport::rdma::createDevice(options);
+  };
+  how.connectTimeout = o.connectTimeout;
+  how.abortOnError = o.abortOnError;
+  return runRanks(size, body, how);
 }
 
 }  // namespace ringfold::test

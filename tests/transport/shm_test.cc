@@ -37,42 +37,19 @@ struct Buffer {
 
 shm::Device& shmOf(Rank& me) { return dynamic_cast<shm::Device&>(me.device); }
 
+// Ranks as threads, each with an shm Device; `only` (by rank), when given, joins only the pairs
+// of ranks it marks.
 std::vector<std::exception_ptr> runShm(int size, const std::function<void(Rank&)>& body,
-                                       const std::vector<bool>& only = {}, bool abortOnError = false) {
-  rendezvous::HashStore store;
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<transport::Device> device;
-      try {
-        device = shm::createDevice();
-        transport::ConnectSpec spec;
-        spec.store = &store;
-        spec.prefix = "t";
-        spec.rank = r;
-        spec.size = size;
-        spec.timeout = 20s;
-        if (!only.empty()) {
-          spec.peers.assign(size, false);
-          for (int p = 0; p < size; ++p) spec.peers[p] = p != r && only[p] && only[r];
-        }
-        auto peers = device->connectAll(spec);
-        Rank rank{r, size, *device, peers};
-        body(rank);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        if (device && abortOnError) {
-          std::string text;
-          int peer;
-          ErrorKind kind = transport::describeError(errors[r], text, peer);
-          device->abort(kind, text);
-        }
-      }
-    });
+                                       const std::vector<bool>& only = {}) {
+  RankThreads how;
+  how.device = [](int) { return shm::createDevice(); };
+  if (!only.empty()) {
+    how.spec = [only](transport::ConnectSpec& spec) {
+      spec.peers.assign(spec.size, false);
+      for (int p = 0; p < spec.size; ++p) spec.peers[p] = p != spec.rank && only[p] && only[spec.rank];
+    };
   }
-  for (auto& t : threads) t.join();
-  return errors;
+  return runRanks(size, body, how);
 }
 
 void waitAll(std::vector<std::unique_ptr<Request>>& reqs, std::chrono::milliseconds timeout = 20s) {

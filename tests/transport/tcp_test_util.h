@@ -103,27 +103,60 @@ struct Rank {
   transport::Connection& to(int r) { return *peers.at(r); }
 };
 
-// Runs `body` on `size` threads, each with its own localBackend() Device connected to the others.
-// Returns each rank's exception (null when it finished cleanly).
+// How runRanks starts each rank's device (every field optional).
+struct RankThreads {
+  // The rank's device; default: createDevice(localBackend()).
+  std::function<std::unique_ptr<transport::Device>(int rank)> device;
+  // Adjusts the rank's ConnectSpec (prefix "t", every peer) before connectAll, e.g. to a subset.
+  std::function<void(transport::ConnectSpec&)> spec;
+  std::chrono::milliseconds connectTimeout{20000};
+  // On an error a rank aborts its device, as a communicator does, so its peers fail at once.
+  bool abortOnError = false;
+};
+
+// Runs `body` on `size` threads, each with its own Device connected to the others through one
+// HashStore. Returns each rank's exception (null when it finished cleanly).
 inline std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Rank&)>& body,
-                                                std::chrono::milliseconds connectTimeout = 20s) {
+                                                const RankThreads& how) {
   rendezvous::HashStore store;
   std::vector<std::exception_ptr> errors(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
+      std::unique_ptr<transport::Device> device;
       try {
-        auto device = transport::createDevice(localBackend());
-        auto peers = device->connectAll(store, "t", r, size, connectTimeout);
+        device = how.device ? how.device(r) : transport::createDevice(localBackend());
+        transport::ConnectSpec spec;
+        spec.store = &store;
+        spec.prefix = "t";
+        spec.rank = r;
+        spec.size = size;
+        spec.timeout = how.connectTimeout;
+        if (how.spec) how.spec(spec);
+        auto peers = device->connectAll(spec);
         Rank rank{r, size, *device, peers};
         body(rank);
       } catch (...) {
         errors[r] = std::current_exception();
+        if (device && how.abortOnError) {
+          std::string text;
+          int peer;
+          const transport::ErrorKind kind = transport::describeError(errors[r], text, peer);
+          device->abort(kind, text);
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// The same with localBackend() devices.
+inline std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Rank&)>& body,
+                                                std::chrono::milliseconds connectTimeout = 20s) {
+  RankThreads how;
+  how.connectTimeout = connectTimeout;
+  return runRanks(size, body, how);
 }
 
 inline std::string describe(const std::exception_ptr& e) {
