@@ -7,13 +7,18 @@ namespace ringfold::coll {
 namespace {
 constexpr uint64_t kCountMask = (uint64_t{1} << 40) - 1;
 
-bool isAllreduce(Kind k) { return k == Kind::kAllreduceRing || k == Kind::kAllreduceDirect; }
+bool isAllreduce(Kind k) {
+  return k == Kind::kAllreduceRing || k == Kind::kAllreduceDirect || k == Kind::kAllreduceTree ||
+         k == Kind::kAllreduceHierarchical;
+}
 
 // The arguments a kind checks, as "count=100 dtype=float op=sum".
 std::string describeArgs(const CheckFields& f) {
   switch (f.kind) {
     case Kind::kAllreduceRing:
     case Kind::kAllreduceDirect:
+    case Kind::kAllreduceTree:
+    case Kind::kAllreduceHierarchical:
     case Kind::kReduceScatter:
       return detail::concat("count=", f.count, " dtype=", dataTypeName(f.dtype), " op=", reduceOpName(f.op));
     case Kind::kAllgather:
@@ -32,7 +37,14 @@ std::string describeArgs(const CheckFields& f) {
   return "?";
 }
 
-const char* algorithmOf(Kind k) { return k == Kind::kAllreduceRing ? "ring" : "direct"; }
+const char* algorithmOf(Kind k) {
+  switch (k) {
+    case Kind::kAllreduceRing: return "ring";
+    case Kind::kAllreduceDirect: return "direct";
+    case Kind::kAllreduceTree: return "tree";
+    default: return "hierarchical";
+  }
+}
 }  // namespace
 
 uint64_t packCheck(const CheckFields& f) {
@@ -65,7 +77,9 @@ uint64_t hashCounts(const std::vector<size_t>& counts) {
 const char* kindName(Kind kind) {
   switch (kind) {
     case Kind::kAllreduceRing:
-    case Kind::kAllreduceDirect: return "allreduce";
+    case Kind::kAllreduceDirect:
+    case Kind::kAllreduceTree:
+    case Kind::kAllreduceHierarchical: return "allreduce";
     case Kind::kReduceScatter: return "reduce_scatter";
     case Kind::kAllgather: return "allgather";
     case Kind::kAllgatherv: return "allgatherv";
@@ -82,7 +96,7 @@ std::string describeMismatch(const transport::CheckMismatch& m, int me) {
   const int other = m.peerRank;
   const CheckFields theirs = unpackCheck(m.actualCheck);
   const CheckFields mine = unpackCheck(m.expectedCheck);
-  const bool known = static_cast<int>(theirs.kind) >= 1 && static_cast<int>(theirs.kind) <= 10;
+  const bool known = static_cast<int>(theirs.kind) >= 1 && static_cast<int>(theirs.kind) <= static_cast<int>(Kind::kLastKind);
   if (m.actualCheck == m.expectedCheck || !known) {
     return detail::concat(known ? kindName(mine.kind) : "collective", " messages differ between ranks: rank ", other,
                           " sent ", m.actualLength, " bytes (check 0x", std::hex, m.actualCheck, std::dec,
@@ -95,7 +109,7 @@ std::string describeMismatch(const transport::CheckMismatch& m, int me) {
     if (packCheck(a) == packCheck(b)) {
       return detail::concat("allreduce algorithms differ between ranks: rank ", other, " chose ",
                             algorithmOf(theirs.kind), ", rank ", me, " chose ", algorithmOf(mine.kind),
-                            " (set RINGFOLD_ALGO and RINGFOLD_DIRECT_MAX_BYTES alike on every rank)");
+                             " (set RINGFOLD_ALGO, RINGFOLD_DIRECT_MAX_BYTES and RINGFOLD_HIERARCHICAL_ALLREDUCE alike on every rank)");
     }
     return detail::concat("allreduce arguments differ between ranks: rank ", other, " passed ",
                           describeArgs(theirs), " (", algorithmOf(theirs.kind), "), rank ", me,

@@ -32,6 +32,9 @@ enum class Kind : uint8_t {
   kAlltoallCounts,
   kBarrier,
   kSendRecv,
+  kAllreduceTree,
+  kAllreduceHierarchical,  // the local phases of a hierarchical allreduce
+  kLastKind = kAllreduceHierarchical,
 };
 
 struct CheckFields {

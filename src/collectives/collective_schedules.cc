@@ -86,24 +86,31 @@ Unit RingAllreduceSchedule::unit(int l, size_t u) const {
 
 // ---- ring reduce-scatter ----
 
-RingReduceScatterSchedule::RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems)
-    : RingSchedule(rank, n), blockElems_(blockElems), segElems_(segElems), segments_(segmentCount(blockElems, segElems)) {
+RingReduceScatterSchedule::RingReduceScatterSchedule(int rank, std::vector<Range> blocks, size_t segElems)
+    : RingSchedule(rank, static_cast<int>(blocks.size())), segElems_(segElems), blocks_(std::move(blocks)),
+      steps_(blocks_, segElems, rank, false) {
   pacing_.lead = kWindow;
   pacing_.sendWindow = kSendWindow;
 }
 
 Lane RingReduceScatterSchedule::lane(int) const {
-  return Lane{static_cast<size_t>(n_ - 1) * segments_, kWindow, 1, std::max<size_t>(1, std::min(segElems_, blockElems_))};
+  size_t longest = 0;
+  for (const Range& b : blocks_) longest = std::max(longest, b.length);
+  return Lane{steps_.units(), kWindow, 1, std::max<size_t>(1, std::min(segElems_, longest))};
+}
+
+size_t RingReduceScatterSchedule::ownSends() const {
+  return segmentCount(blocks_[ringReduceSendChunk(rank_, 0, n_)].length, segElems_);
 }
 
 OwnSend RingReduceScatterSchedule::ownSend(size_t i) const {
-  return OwnSend{right(), 0, segment(block(ringReduceSendChunk(rank_, 0, n_)), segElems_, i), true};
+  return OwnSend{right(), 0, segment(blocks_[ringReduceSendChunk(rank_, 0, n_)], segElems_, i), true};
 }
 
 Unit RingReduceScatterSchedule::unit(int, size_t u) const {
-  const int s = static_cast<int>(u / segments_);
+  const int s = steps_.step(u);
   Unit un;
-  un.range = segment(block(ringReduceRecvChunk(rank_, s, n_)), segElems_, u % segments_);
+  un.range = steps_.range(u);
   un.sub = static_cast<uint32_t>(s);
   // The slot is reused once the forward of the unit that used it before has completed.
   if (u >= kWindow) un.gate = Gate{Gate::kForward, u - kWindow, true, true};
@@ -177,6 +184,82 @@ Unit DirectAllreduceSchedule::unit(int, size_t k) const {
   un.stageOwn = false;
   // In place, the fold overwrites what the segment's own sends read: the last of them retires all.
   if (waitOwn_) un.foldAfterOwn = (k + 1) * static_cast<size_t>(n_ - 1) - 1;
+  return un;
+}
+
+// ---- double binary tree allreduce ----
+
+TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool ownReadsDst)
+    : rank_(rank), n_(n), retireOwn_(ownReadsDst), node_{treeNode(rank, n, 0), treeNode(rank, n, 1)} {
+  pacing_.lead = kLead;
+  pacing_.sendWindow = kSendWindow;
+  pacing_.receivesFirst = true;
+  const Range half[2] = {chunk(count, 2, 0), chunk(count, 2, 1)};
+  const size_t perTree[2] = {segmentCount(half[0].length, segElems), segmentCount(half[1].length, segElems)};
+  slotElems_ = std::max<size_t>(1, std::min(segElems, half[0].length));
+  for (size_t k = 0; k < std::max(perTree[0], perTree[1]); ++k) {
+    for (int t = 0; t < 2; ++t) {
+      if (k >= perTree[t]) continue;
+      const size_t g = segments_.size();
+      const bool interior = node_[t].children() > 0;
+      std::vector<size_t>& list = interior ? up_ : own_;
+      segments_.push_back(Segment{t, segment(half[t], segElems, k), 1 + list.size()});  // after the hello
+      list.push_back(g);
+      if (node_[t].parent >= 0) down_.push_back(g);
+    }
+  }
+}
+
+Lane TreeAllreduceSchedule::lane(int l) const {
+  if (l == 0) return Lane{1 + up_.size(), kUpWindow, 2, slotElems_};
+  return Lane{down_.size(), kDownWindow, 1, 0};
+}
+
+OwnSend TreeAllreduceSchedule::ownSend(size_t i) const {
+  if (i == 0) return OwnSend{mod(rank_ + 1, n_), 0, Range{0, 0}, false};  // the hello
+  const Segment& s = segments_[own_[i - 1]];
+  return OwnSend{node_[s.tree].parent, upSub(s.tree), s.range, true};
+}
+
+int TreeAllreduceSchedule::peer(int l, size_t u, size_t i) const {
+  if (l == 1) return node_[segments_[down_[u]].tree].parent;
+  if (u == 0) return mod(rank_ - 1, n_);
+  return node_[segments_[up_[u - 1]].tree].child[i];
+}
+
+Unit TreeAllreduceSchedule::unit(int l, size_t u) const {
+  Unit un;
+  if (l == 0 && u == 0) {  // the hello: an empty receive from rank-1
+    un.range = Range{0, 0};
+    un.into = Place::kDst;
+    un.receives = 1;
+    return un;
+  }
+  const Segment& s = segments_[l == 0 ? up_[u - 1] : down_[u]];
+  const TreeNode& node = node_[s.tree];
+  un.range = s.range;
+  if (l == 0) {
+    un.receives = static_cast<size_t>(node.children());
+    un.sub = upSub(s.tree);
+    un.ownAt = 0;
+    un.last = node.parent < 0;
+    if (!un.last) {
+      un.forwardTo = node.parent;
+      un.forwardSub = upSub(s.tree);
+      return un;
+    }
+  } else {
+    un.receives = 1;
+    un.sub = downSub(s.tree);
+    un.into = Place::kDst;
+    // The receive overwrites what went up from recvbuf: this rank's fold, or its own segment
+    // when own sends read recvbuf.
+    const bool interior = node.children() > 0;
+    un.gate = interior ? Gate{Gate::kForward, s.up, true, false} : Gate{Gate::kOwnSend, s.up, retireOwn_, false};
+  }
+  un.forwardTo = node.child[0];
+  un.forwardAlso = node.child[1];
+  un.forwardSub = downSub(s.tree);
   return un;
 }
 

@@ -66,24 +66,26 @@ class RingAllreduceSchedule final : public RingSchedule {
   RingSteps reduce_, gather_;
 };
 
-// Ring reduce-scatter of n blocks of `blockElems`: the partial folds of other ranks' blocks are
-// made in the receive slot (acc = received op own) and sent on from there, so a slot is reused
-// once its forward has completed; the last step folds into recvbuf (block `rank`). 4 slots and
-// a lead of 4 keep the scratch to a few segments.
+// Ring reduce-scatter of n blocks (blocks[c]: the elements rank c ends with; they may differ in
+// length): the partial folds of other ranks' blocks are made in the receive slot (acc =
+// received op own) and sent on from there, so a slot is reused once its forward has completed;
+// the last step folds into recvbuf (block `rank`). 4 slots and a lead of 4 keep the scratch to
+// a few segments.
 class RingReduceScatterSchedule final : public RingSchedule {
  public:
-  RingReduceScatterSchedule(int rank, int n, size_t blockElems, size_t segElems);
+  RingReduceScatterSchedule(int rank, std::vector<Range> blocks, size_t segElems);
   int lanes() const override { return 1; }
   Lane lane(int l) const override;
-  size_t ownSends() const override { return segments_; }
+  size_t ownSends() const override;
   OwnSend ownSend(size_t i) const override;
   Unit unit(int l, size_t u) const override;
 
   static constexpr size_t kWindow = 4, kSendWindow = 16;
 
  private:
-  Range block(int c) const { return Range{static_cast<size_t>(c) * blockElems_, blockElems_}; }
-  size_t blockElems_, segElems_, segments_;
+  size_t segElems_;
+  std::vector<Range> blocks_;
+  RingSteps steps_;
 };
 
 // Ring allgather(v): block c (chunks[c]) is received straight into its place and sent on from
@@ -124,6 +126,49 @@ class DirectAllreduceSchedule final : public Schedule {
   int rank_, n_;
   size_t count_, segElems_, segments_;
   bool waitOwn_;
+};
+
+// Double binary tree allreduce (sched::treeNode): the buffer's two halves go through the two
+// trees, cut into segments taken alternately from each half. Per segment, a rank reduces up its
+// tree (receive from its children, fold own op child0 op child1 into recvbuf, forward to the
+// parent; a leaf's own segment is an own send to its parent) and then receives the result from
+// the parent into recvbuf and forwards it to its children; the root's fold is `last` (the final
+// scale) and goes straight down. Lanes: 0 = the hello (unit 0) and the reduce-up units of the
+// segments where this rank has children; 1 = the broadcast-down units of the segments where it
+// has a parent, each gated on the send that reads the same place (the forward up, or the leaf's
+// own send when that reads recvbuf). Every rank first sends an empty hello to rank+1 (own send
+// 0) and receives one from rank-1 (lane 0, unit 0), so that a rank running another collective
+// at the same sequence meets a check word at once (schedules.h). Tags: hello 0, tree t's reduce
+// 1 + 2t and broadcast 2 + 2t.
+//   kLead: own sends (a leaf's segments) are paced by this rank's folds, kLead ahead;
+//   kUpWindow: reduce-up receives posted ahead (two slots each);
+//   kDownWindow: broadcast receives land in recvbuf and need no scratch.
+class TreeAllreduceSchedule final : public Schedule {
+ public:
+  // ownReadsDst: own sends read recvbuf (in place, or preScaled into it).
+  TreeAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool ownReadsDst);
+  static constexpr size_t kLead = 8, kUpWindow = 8, kDownWindow = 32, kSendWindow = 16;
+  int lanes() const override { return 2; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override { return 1 + own_.size(); }
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int l, size_t u, size_t i) const override;
+
+ private:
+  struct Segment {
+    int tree;
+    Range range;
+    size_t up;  // lane-0 unit (interior) or own send (leaf) of this segment here
+  };
+  static uint32_t upSub(int tree) { return 1 + 2 * static_cast<uint32_t>(tree); }
+  static uint32_t downSub(int tree) { return 2 + 2 * static_cast<uint32_t>(tree); }
+  int rank_, n_;
+  size_t slotElems_ = 1;
+  bool retireOwn_;
+  TreeNode node_[2];
+  std::vector<Segment> segments_;
+  std::vector<size_t> up_, own_, down_;  // segment of each lane-0 unit (after the hello), own send, lane-1 unit
 };
 
 // Chain broadcast root -> root+1 -> ... -> root-1. Every rank first sends an empty hello to

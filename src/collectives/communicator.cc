@@ -1,8 +1,11 @@
 #include "collectives/communicator.h"
 
 #include <cstring>
+#include <map>
 #include <string_view>
 
+#include "collectives/allreduce_model.h"
+#include "collectives/topology.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -63,6 +66,7 @@ CollectiveTuning tuningFromParams() {
   t.allreduceAlgorithm = params::kAlgo.str();
   if (params::kDirectMaxBytes.isSet()) t.directMaxBytes = params::kDirectMaxBytes.asBytes();
   t.ringChunkBytes = params::kRingChunkBytes.asBytes();
+  if (params::kHierarchicalAllreduce.isSet()) t.hierarchical = params::kHierarchicalAllreduce.asBool();
   return t;
 }
 
@@ -86,6 +90,7 @@ std::unique_ptr<Communicator> Communicator::connectPerPeer(rendezvous::Store& st
   auto comm = std::make_unique<Communicator>(rank, size, std::move(connected.device), std::move(connected.peers),
                                              makeCpuReducer());
   comm->perPeer_ = config;
+  comm->setHostIds(connected.hostIds);
   return comm;
 }
 
@@ -104,6 +109,10 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
                   : connect(*job->store, info.rank, info.size, transport::createDevice(transportName, config), prefix);
   comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);
   comm->keepAlive(std::move(job));
+  // The model's constants, unless RINGFOLD_ALGO leaves nothing to choose.
+  if (comm->size() > 1 && !coll::AlgorithmSet::parse(comm->tuning().allreduceAlgorithm).single()) {
+    comm->setModel(coll::calibrate(*comm));
+  }
   return comm;
 }
 
@@ -126,6 +135,7 @@ Communicator::Communicator(int rank, int size, std::unique_ptr<transport::Device
   RF_ENFORCE(timeout_.count() > 0, params::kTimeout.name, " must be positive");
   setSegmentBytes(params::kSegmentBytes.asBytes());
   setTuning(tuningFromParams());
+  model_ = std::make_unique<coll::ModelConstants>();
 }
 
 Communicator::~Communicator() = default;
@@ -138,14 +148,56 @@ transport::Connection& Communicator::peer(int r) {
 void Communicator::setSegmentBytes(size_t bytes) {
   if (bytes == 0) RF_THROW(InvalidArgument, params::kSegmentBytes.name, " must be at least 1 byte");
   segmentBytes_ = bytes;
+  chooser_.reset();
 }
 
 void Communicator::setTuning(CollectiveTuning tuning) {
-  const std::string& a = tuning.allreduceAlgorithm;
-  if (a != "auto" && a != "ring" && a != "direct") {
-    RF_THROW(InvalidArgument, params::kAlgo.name, "='", a, "' is not an allreduce algorithm; use auto, ring or direct");
-  }
+  coll::AlgorithmSet::parse(tuning.allreduceAlgorithm);  // throws naming RINGFOLD_ALGO
   tuning_ = std::move(tuning);
+  chooser_.reset();
+}
+
+void Communicator::setHostIds(const std::vector<std::string>& ids) {
+  RF_ENFORCE(ids.empty() || ids.size() == static_cast<size_t>(size_), "one host id per rank");
+  std::map<std::string, int> index;
+  hostOf_.clear();
+  int hosts = 0;
+  for (const std::string& id : ids) {
+    if (id == "-") {
+      hostOf_.push_back(hosts++);
+      continue;
+    }
+    auto [it, fresh] = index.emplace(id, hosts);
+    if (fresh) ++hosts;
+    hostOf_.push_back(it->second);
+  }
+  chooser_.reset();
+}
+
+HostSplit& Communicator::hostSplit() {
+  if (hostSplit_) return *hostSplit_;
+  RF_ENFORCE(!hostOf_.empty(), "this communicator does not know its ranks' hosts");
+  std::vector<std::string> ids(size_);
+  for (int r = 0; r < size_; ++r) ids[r] = "host" + std::to_string(hostOf_[r]);
+  hostSplit_ = std::make_unique<HostSplit>(splitByHost(*this, ids[rank_], "hosts"));
+  return *hostSplit_;
+}
+
+void Communicator::setModel(const coll::ModelConstants& model) {
+  *model_ = model;
+  chooser_.reset();
+}
+
+coll::AllreduceChooser& Communicator::allreduceChooser() {
+  if (!chooser_) {
+    coll::AllreduceChooser::Rules rules;
+    rules.allowed = coll::AlgorithmSet::parse(tuning_.allreduceAlgorithm);
+    rules.directMaxBytes = tuning_.directMaxBytes;
+    rules.hierarchical = tuning_.hierarchical;
+    rules.segmentBytes = segmentBytes_;
+    chooser_ = std::make_unique<coll::AllreduceChooser>(*model_, coll::jobShape(size_, hostOf_), rules);
+  }
+  return *chooser_;
 }
 
 void Communicator::setStore(std::shared_ptr<rendezvous::Store> store, std::string prefix) {
@@ -179,6 +231,12 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
   comm->setTimeout(timeout_);
   comm->segmentBytes_ = segmentBytes_;
   comm->tuning_ = tuning_;
+  comm->setModel(*model_);
+  if (!hostOf_.empty()) {
+    std::vector<std::string> ids;
+    for (int r : ranks) ids.push_back("host" + std::to_string(hostOf_[r]));
+    comm->setHostIds(ids);
+  }
   return comm;
 }
 

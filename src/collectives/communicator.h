@@ -38,12 +38,18 @@ namespace ringfold {
 namespace rendezvous {
 class Store;
 }
+struct HostSplit;
+namespace coll {
+struct ModelConstants;
+class AllreduceChooser;
+}
 
 // Settings the collectives read once per communicator (from params at construction).
 struct CollectiveTuning {
-  std::string allreduceAlgorithm = "auto";     // RINGFOLD_ALGO: auto, ring or direct
-  std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: sched::directMaxBytes
+  std::string allreduceAlgorithm = "auto";     // RINGFOLD_ALGO: auto, or NCCL_ALGO's list syntax
+  std::optional<uint64_t> directMaxBytes;      // RINGFOLD_DIRECT_MAX_BYTES; unset: the model decides
   uint64_t ringChunkBytes = 256 << 10;         // RINGFOLD_RING_CHUNK_BYTES; 0: one round
+  std::optional<bool> hierarchical;            // RINGFOLD_HIERARCHICAL_ALLREDUCE; unset: the model decides
 };
 
 class Communicator {
@@ -95,7 +101,26 @@ class Communicator {
   size_t segmentBytes() const { return segmentBytes_; }
   void setSegmentBytes(size_t bytes);
   const CollectiveTuning& tuning() const { return tuning_; }
+  // Throws InvalidArgument naming RINGFOLD_ALGO if its algorithm list is not understood.
   void setTuning(CollectiveTuning tuning);
+
+  // Which host each rank runs on (host numbers in order of their lowest rank), or empty when
+  // unknown (a communicator built by hand: one host as far as the model is concerned).
+  // connectPerPeer() fills it from the host identities the backends were chosen by.
+  const std::vector<int>& hostOf() const { return hostOf_; }
+  // Sets hostOf() from every rank's host id (equal ids: one host; "-": a host of its own).
+  void setHostIds(const std::vector<std::string>& ids);
+  // The communicators of this rank's host and of its local rank across hosts (collective over
+  // every rank, built on first use with split(); needs hostOf() and the store).
+  HostSplit& hostSplit();
+
+  // The allreduce cost model's constants (allreduce_model.h): measured by fromEnvironment(),
+  // defaults otherwise; split() passes them on.
+  const coll::ModelConstants& model() const { return *model_; }
+  void setModel(const coll::ModelConstants& model);
+  // The allreduce algorithm chooser for this communicator's model, hosts and tuning (rebuilt
+  // when one of them changes).
+  coll::AllreduceChooser& allreduceChooser();
 
   uint64_t nextSequence() { return sequence_++; }
 
@@ -161,6 +186,10 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   size_t segmentBytes_;
   CollectiveTuning tuning_;
+  std::vector<int> hostOf_;
+  std::unique_ptr<HostSplit> hostSplit_;
+  std::unique_ptr<coll::ModelConstants> model_;
+  std::unique_ptr<coll::AllreduceChooser> chooser_;
   uint64_t sequence_ = 0;
   std::vector<std::vector<std::byte>> scratch_;
   InFlight inflight_;

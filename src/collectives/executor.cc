@@ -15,6 +15,8 @@ constexpr int kMaxLanes = 2;
 
 uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
 uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
+// The second forward of a unit (Unit::forwardAlso), posted right after the first.
+uint64_t forwardAlsoKey(int lane, size_t u) { return forwardKey(lane, u) | (uint64_t{1} << 47); }
 
 // One run of a schedule: the buffers, the cursors, and the steps of the loop.
 class Run {
@@ -62,6 +64,11 @@ class Run {
 
  private:
   size_t es() const { return o_.elemSize; }
+  size_t receives(int l, const sched::Unit& un) const {
+    if (un.receives == sched::kLaneGroup) return lane_[l].group;
+    RF_ENFORCE(un.receives <= lane_[l].group, "a unit of lane ", l, " has more receives than its group");
+    return un.receives;
+  }
   size_t slotIndex(int l, size_t u) const { return (u % lane_[l].window) * lane_[l].group; }
   size_t slotOffset(int l, size_t index) const { return slotBase_[l] + index * lane_[l].slotElems * es(); }
   std::byte* slot(int l, size_t index) const { return slots_ + slotOffset(l, index); }
@@ -129,7 +136,7 @@ class Run {
         break;
       case Gate::kForward:
         if (processed_[0] <= g.index) return false;
-        key = forwardKey(0, g.index);
+        key = s_.unit(0, g.index).forwardAlso >= 0 ? forwardAlsoKey(0, g.index) : forwardKey(0, g.index);
         break;
     }
     return !g.retire || flight_->retireSend(key, block || g.block);
@@ -143,7 +150,7 @@ class Run {
         if (!open(un.gate, block)) break;
         const size_t first = slotIndex(l, posted_[l]);
         const size_t bytes = un.range.length * es();
-        for (size_t i = 0; i < lane.group; ++i) {
+        for (size_t i = 0, n = receives(l, un); i < n; ++i) {
           const int peer = s_.peer(l, posted_[l], i);
           if (un.into == Place::kSlot) {
             RF_ENFORCE(slotRegion_ != nullptr, "lane ", l, " receives into slots but has none");
@@ -163,23 +170,24 @@ class Run {
   void process(int l, size_t u) {
     const sched::Unit un = s_.unit(l, u);
     const size_t first = slotIndex(l, u);
-    for (size_t i = 0; i < lane_[l].group; ++i) flight_->waitRecv(requestBase_[l] + first + i);
+    const size_t group = receives(l, un);
+    for (size_t i = 0; i < group; ++i) flight_->waitRecv(requestBase_[l] + first + i);
     if (un.foldAfterOwn != sched::kNoSend) flight_->waitSend(ownKey(un.foldAfterOwn));
-    if (un.ownAt >= 0 && un.range.length > 0) fold(l, first, un);
+    if (un.ownAt >= 0 && un.range.length > 0) fold(l, first, group, un);
     if (un.forwardTo < 0) return;
     const size_t bytes = un.range.length * es();
-    const uint64_t key = forwardKey(l, u);
-    if (un.forwardFrom == Place::kSlot) {
-      flight_->postSend(un.forwardTo, *slotRegion_, slotOffset(l, first), bytes, o_.call.tag(un.forwardSub),
-                        o_.call.check, key);
-    } else {
-      flight_->postSend(un.forwardTo, dstRegion(), dstOffset(un.range), bytes, o_.call.tag(un.forwardSub),
-                        o_.call.check, key);
+    const bool fromSlot = un.forwardFrom == Place::kSlot;
+    const transport::MemoryRegion& from = fromSlot ? *slotRegion_ : dstRegion();
+    const size_t offset = fromSlot ? slotOffset(l, first) : dstOffset(un.range);
+    flight_->postSend(un.forwardTo, from, offset, bytes, o_.call.tag(un.forwardSub), o_.call.check, forwardKey(l, u));
+    if (un.forwardAlso >= 0) {
+      flight_->postSend(un.forwardAlso, from, offset, bytes, o_.call.tag(un.forwardSub), o_.call.check,
+                        forwardAlsoKey(l, u));
     }
   }
 
-  // acc = x0 op x1, acc = acc op x2, ... over the group's receives and own (at ownAt).
-  void fold(int l, size_t first, const sched::Unit& un) {
+  // acc = x0 op x1, acc = acc op x2, ... over the unit's `group` receives and own (at ownAt).
+  void fold(int l, size_t first, size_t group, const sched::Unit& un) {
     RF_ENFORCE(red_ != nullptr, "a schedule that folds needs a reducer");
     const Range& r = un.range;
     std::byte* target = un.foldInto == Place::kDst ? dst(r) : slot(l, first);
@@ -195,7 +203,16 @@ class Run {
     auto operand = [&](size_t j) -> const std::byte* {
       return j == ownAt ? own : slot(l, first + (j < ownAt ? j : j - 1));
     };
-    const size_t operands = lane_[l].group + 1;
+    const size_t operands = group + 1;
+    if (operands == 1) {  // nothing received: the result is own, scaled
+      const double scale = un.last ? o_.finalScale : 1.0;
+      if (scale != 1.0) {
+        red_->scale(target, own, r.length, o_.dtype, scale);
+      } else if (target != own) {
+        std::memcpy(target, own, r.length * es());
+      }
+      return;
+    }
     for (size_t j = 1; j < operands; ++j) {
       const double scale = un.last && j == operands - 1 ? o_.finalScale : 1.0;
       red_->reduce(target, j == 1 ? operand(0) : target, operand(j), r.length, o_.dtype, o_.op, scale);

@@ -50,7 +50,9 @@ void reduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
     if (n == 1) return coll::reduceLocal(a);
     // Own sends (block r-1) are preScaled into scratch covering that block.
     a.stageRange = sched::Range{static_cast<size_t>(sched::ringReduceSendChunk(r, 0, n)) * rc, rc};
-    const sched::RingReduceScatterSchedule schedule(r, n, rc, sched::segmentElems(comm.segmentBytes(), a.elemSize));
+    std::vector<sched::Range> blocks(n);
+    for (int c = 0; c < n; ++c) blocks[c] = sched::Range{static_cast<size_t>(c) * rc, rc};
+    const sched::RingReduceScatterSchedule schedule(r, std::move(blocks), sched::segmentElems(comm.segmentBytes(), a.elemSize));
     coll::execute(comm, schedule, a);
   });
 }

@@ -5,7 +5,7 @@
 // A schedule says which messages this rank sends of its own (own sends, paced `lead` ahead of
 // the folds), and gives a sequence of units. A unit is a group of receives (same range, one per
 // listed peer), then an optional fold of those receives and this rank's contribution in a given
-// order, then an optional forward of the result to one peer. Units come in lanes (the ring
+// order, then an optional forward of the result to one or two peers. Units come in lanes (the ring
 // allreduce has two: reduce-scatter, then allgather); each lane has its own receive cursor,
 // posted up to `window` units ahead of the fold, and the lanes are folded one after the other.
 // Nothing here knows buffers or transports: the executor turns ranges into addresses.
@@ -23,6 +23,7 @@ enum class Place : uint8_t {
 };
 
 constexpr size_t kNoSend = SIZE_MAX;
+constexpr size_t kLaneGroup = SIZE_MAX;  // a unit's receive count: its lane's group
 
 // What must have happened before a unit's receives are posted: a send (this rank's own send
 // `index`, or the forward of unit `index` of lane 0) must have been posted and, with `retire`,
@@ -37,6 +38,8 @@ struct Gate {
 
 struct Unit {
   Range range;                   // elements of the buffer every receive of the unit carries
+  size_t receives = kLaneGroup;  // receives of the unit, at most the lane's group (a tree node
+                                 // has 0, 1 or 2 children depending on the tree)
   uint32_t sub = 0;              // tag step of its receives (check.h)
   Place into = Place::kSlot;
   Gate gate;
@@ -48,8 +51,10 @@ struct Unit {
   bool last = false;
   bool stageOwn = true;            // preScale own at the fold (false: an own send staged it)
   size_t foldAfterOwn = kNoSend;   // own send that must complete first (it reads the target)
-  // Forward of the folded (or received) range.
+  // Forward of the folded (or received) range, to forwardTo and then forwardAlso (same sub and
+  // source; a gate on the unit's forward waits for both).
   int forwardTo = -1;
+  int forwardAlso = -1;
   uint32_t forwardSub = 0;
   Place forwardFrom = Place::kDst;
 };
@@ -66,7 +71,7 @@ struct OwnSend {
 struct Lane {
   size_t units = 0;
   size_t window = 1;      // units posted ahead of the fold (and receive slots, with `group`)
-  size_t group = 1;       // receives per unit
+  size_t group = 1;       // receives per unit (at most; Unit::receives may say fewer)
   size_t slotElems = 1;   // elements per receive slot (0: the lane receives into recvbuf only)
 };
 
@@ -80,7 +85,7 @@ struct Pacing {
 // Contract: a schedule describes one rank's part of one call (or one round of it) and is
 // immutable once built; every method is pure and cheap (the executor calls unit() when it posts
 // a unit's receives and again when it folds it). 1 or 2 lanes; a gate of kForward names a unit
-// of lane 0. Every rank's sends must pair, in order per (peer, tag), with its peers' receives,
+// of lane 0; a unit with forwardAlso also has forwardTo. Every rank's sends must pair, in order per (peer, tag), with its peers' receives,
 // with equal ranges (tests/collectives/schedules_test.cc checks this for every schedule).
 class Schedule {
  public:

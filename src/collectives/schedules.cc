@@ -40,6 +40,52 @@ size_t ringRoundElems(size_t count, int n, size_t chunkBytes, size_t elemSize) {
   return std::min(count, static_cast<size_t>(n) * std::max<size_t>(1, chunkBytes / elemSize));
 }
 
+namespace {
+int lowBit(int p) { return p & -p; }
+int highestPowerOfTwoBelow(int n) {
+  int h = 1;
+  while (h * 2 < n) h *= 2;
+  return h;
+}
+// Tree 0 on positions (see the vocabulary above).
+TreeNode treeOnPositions(int p, int n) {
+  TreeNode t;
+  if (p == 0) {
+    if (n > 1) t.child[0] = highestPowerOfTwoBelow(n);
+    return t;
+  }
+  const int b = lowBit(p);
+  // Parent: p is the left child of p + b when bit 2b of p is clear and p + b exists; otherwise
+  // p is the right child of p - b (reached by halving from the top when p + b is out of range).
+  // Position 0 is the parent of the largest power of two below n.
+  if ((p & (2 * b)) == 0 && p + b < n) {
+    t.parent = p + b;
+  } else {
+    t.parent = p - b;
+  }
+  if (b > 1) {
+    t.child[0] = p - b / 2;
+    int h = b / 2;
+    while (h > 0 && p + h >= n) h /= 2;
+    if (h > 0) t.child[1] = p + h;
+  }
+  return t;
+}
+}  // namespace
+
+TreeNode treeNode(int rank, int n, int tree) {
+  if (tree == 0) return treeOnPositions(rank, n);
+  const bool mirror = n % 2 == 0;
+  auto toPos = [&](int r) { return mirror ? n - 1 - r : mod(r - 1, n); };
+  auto toRank = [&](int p) { return p < 0 ? -1 : (mirror ? n - 1 - p : mod(p + 1, n)); };
+  const TreeNode at = treeOnPositions(toPos(rank), n);
+  TreeNode t;
+  t.parent = toRank(at.parent);
+  t.child[0] = toRank(at.child[0]);
+  t.child[1] = toRank(at.child[1]);
+  return t;
+}
+
 int disseminationRounds(int n) {
   int rounds = 0;
   for (int reach = 1; reach < n; reach *= 2) ++rounds;
@@ -48,30 +94,6 @@ int disseminationRounds(int n) {
 
 double finalScale(ReduceOp op, double postScale, int n) {
   return op == ReduceOp::kAvg ? postScale / n : postScale;
-}
-
-double CostModel::ring(size_t bytes, int n) const {
-  const double s = static_cast<double>(bytes);
-  const double f = static_cast<double>(n - 1) / n;
-  return 2.0 * (n - 1) * alpha + 2.0 * f * s * beta + f * s * gamma;
-}
-
-double CostModel::direct(size_t bytes, int n) const {
-  const double s = static_cast<double>(bytes);
-  return alpha + (n - 1) * s * (beta + gamma);
-}
-
-size_t directMaxBytes(int n, const CostModel& model) {
-  if (n <= 1) return 0;
-  constexpr size_t kCap = size_t{4} << 20;
-  // direct - ring grows linearly in S; find where it turns positive (bisection on bytes).
-  size_t lo = 0, hi = kCap;
-  if (model.direct(hi, n) <= model.ring(hi, n)) return kCap;
-  while (hi - lo > 1) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (model.direct(mid, n) <= model.ring(mid, n)) lo = mid; else hi = mid;
-  }
-  return lo;
 }
 
 }  // namespace ringfold::sched

@@ -18,6 +18,15 @@
 //             allgather step s (0..n-2): send chunk r-s, receive chunk r-s-1.
 //   direct  : every rank receives every other rank's buffer and folds in rank order 0..n-1,
 //             segment by segment (directSegmentBytes) as the segments arrive.
+//   tree    : the double binary tree (treeNode): two binary trees over the same ranks, each
+//             carrying half of the buffer. Tree 0 is built on positions 0..n-1 (position = rank):
+//             position 0 is the root, with one child, the largest power of two below n; any
+//             other position p with lowest set bit b has children p - b/2 and p + h, h the
+//             largest of b/2, b/4, ... with p + h < n (none when b = 1: odd positions are the
+//             leaves). Tree 1 is the same tree over positions n-1-rank (n even) or rank-1 mod n
+//             (n odd), so that tree 0's leaves are tree 1's interior nodes: at even n every
+//             rank is a leaf in exactly one tree; at odd n rank 0 is interior in both (two trees
+//             have n-1 leaves between them). Depth: ceil(log2 n) edges.
 //   chain   : broadcast passes segments root -> root+1 -> ... -> root-1 (mod n). Before that
 //             every rank sends an empty hello to rank+1, so every rank (the root included)
 //             receives a message carrying its neighbour's arguments, whatever it believes the
@@ -64,30 +73,18 @@ inline int ringGatherRecvChunk(int r, int s, int n) { return mod(r - s - 1, n); 
 // The rank whose contribution starts the fold of chunk c in a ring reduce-scatter.
 inline int ringFoldFirst(int c, int n) { return mod(c + 1, n); }
 
+// A rank's links in one of the two trees (-1: none). `tree` is 0 or 1; n >= 1.
+struct TreeNode {
+  int parent = -1;
+  int child[2] = {-1, -1};
+  int children() const { return (child[0] >= 0) + (child[1] >= 0); }
+};
+TreeNode treeNode(int rank, int n, int tree);
+
 // Rounds of a dissemination barrier: ceil(log2 n) (0 for n = 1).
 int disseminationRounds(int n);
 
 // The factor applied once to every reduced element: postScale, divided by n for kAvg.
 double finalScale(ReduceOp op, double postScale, int n);
-
-// Allreduce cost model (seconds per message and per byte), used when RINGFOLD_ALGO=auto and
-// RINGFOLD_DIRECT_MAX_BYTES is unset. Constants: alpha ~ one TCP message's latency through the
-// kernel and back (15 us), beta ~ 1/(10 GB/s) per byte on the wire, gamma ~ 1/(6.5 GB/s) per byte
-// reduced by one core.
-//   ring   : 2(n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma
-//   direct : alpha + (n-1) S beta + (n-1) S gamma   (n-1 messages leave at once)
-struct CostModel {
-  double alpha = 15e-6;
-  double beta = 0.1e-9;
-  double gamma = 0.15e-9;
-  double ring(size_t bytes, int n) const;
-  double direct(size_t bytes, int n) const;
-};
-// Largest allreduce auto sends direct when RINGFOLD_DIRECT_MAX_BYTES is unset: the size up to
-// which the model prefers direct (capped at 4 MiB of scratch per peer). At 2 ranks that is
-// 2 alpha / gamma, about 195 KiB: there both put S on the wire each way, and the ring's halved
-// reduction pays for its second dependent step from there on (the measured crossover is in
-// docs/performance.md).
-size_t directMaxBytes(int n, const CostModel& model = CostModel{});
 
 }  // namespace ringfold::sched

@@ -12,13 +12,11 @@ namespace {
 
 using testref::Bytes;
 
-const char* algoName(AllreduceAlgorithm a) {
-  switch (a) {
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kDirect: return "direct";
-    case AllreduceAlgorithm::kAuto: return "auto";
-  }
-  return "?";
+const char* algoName(AllreduceAlgorithm a) { return algorithmName(a); }
+
+testref::RefAlgo refOf(AllreduceAlgorithm a) {
+  return a == AllreduceAlgorithm::kDirect ? testref::RefAlgo::kDirect
+                                          : a == AllreduceAlgorithm::kTree ? testref::RefAlgo::kTree : testref::RefAlgo::kRing;
 }
 
 // Notes every rank's exception.
@@ -49,9 +47,13 @@ void checkAllreduce(int n, DataType t, const std::vector<ReduceCase>& cases,
                     const std::vector<AllreduceAlgorithm>& algorithms, const GroupOptions& group, FailureLog& log) {
   auto red = makeCpuReducer();
   const size_t es = dataTypeSize(t);
+  // References by algorithm: [ring, direct, tree] flat, then hierarchical with each of them
+  // among hosts (when the group has hosts of 2 ranks or more, 2 hosts or more).
+  const int local = group.ranksPerHost;
+  const bool hosts = local >= 2 && n % local == 0 && n / local >= 2;
   struct Prepared {
     std::vector<Bytes> inputs;
-    Bytes ring, direct;
+    Bytes flat[3], hier[3];
   };
   std::vector<Prepared> prep(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -59,10 +61,15 @@ void checkAllreduce(int n, DataType t, const std::vector<ReduceCase>& cases,
     for (int r = 0; r < n; ++r) {
       prep[i].inputs.push_back(testref::makeInput(t, c.count, r, 11 + i, c.op == ReduceOp::kProd));
     }
-    prep[i].ring = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale, true,
-                                               group.ringChunkBytes);
-    prep[i].direct = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale,
-                                                 false, group.ringChunkBytes);
+    for (int a = 0; a < 3; ++a) {
+      const auto algo = static_cast<testref::RefAlgo>(a);
+      prep[i].flat[a] = testref::referenceAllreduce(*red, prep[i].inputs, c.count, t, c.op, c.preScale, c.postScale,
+                                                    algo, group.ringChunkBytes);
+      if (hosts) {
+        prep[i].hier[a] = testref::referenceHierarchical(*red, prep[i].inputs, c.count, t, c.op, c.preScale,
+                                                         c.postScale, local, algo, group.ringChunkBytes);
+      }
+    }
   }
   auto errors = runRanks(n, [&](Communicator& comm) {
     const int r = comm.rank();
@@ -71,14 +78,19 @@ void checkAllreduce(int n, DataType t, const std::vector<ReduceCase>& cases,
       const Bytes& input = prep[i].inputs[r];
       const size_t bytes = c.count * es;
       for (AllreduceAlgorithm algo : algorithms) {
-        const AllreduceAlgorithm used = algo == AllreduceAlgorithm::kAuto ? chooseAllreduceAlgorithm(comm, bytes) : algo;
-        const Bytes& want = used == AllreduceAlgorithm::kRing ? prep[i].ring : prep[i].direct;
+        const coll::AllreduceChoice used = resolveAllreduce(comm, algo, bytes);
+        const bool hier = used.algorithm == AllreduceAlgorithm::kHierarchical && n > 1;
+        if (hier && !hosts) log.note("allreduce chose hierarchical without hosts");
+        const Bytes& want = hier ? prep[i].hier[static_cast<int>(refOf(used.cross))]
+                                 : prep[i].flat[static_cast<int>(refOf(used.algorithm))];
         for (bool inPlace : {false, true}) {
           Bytes first;
           for (int run = 0; run < 2; ++run) {
             const std::string what = detail::concat("allreduce ranks=", n, " dtype=", dataTypeName(t), " op=",
                                                     reduceOpName(c.op), " count=", c.count, " pre=", c.preScale,
-                                                    " post=", c.postScale, " algo=", algoName(algo), " inplace=",
+                                                    " post=", c.postScale, " algo=", algoName(algo), "(", algoName(used.algorithm),
+                                                    hier ? std::string("/") + algoName(used.cross) : std::string(),
+                                                    ") inplace=",
                                                     inPlace, " run=", run, " rank=", r);
             GuardedBuffer send(bytes), recv(bytes);
             send.fill(input);

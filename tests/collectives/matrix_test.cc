@@ -84,7 +84,7 @@ TEST_P(Reducing, Allreduce) {
   auto [n, t] = GetParam();
   FailureLog log;
   checkAllreduce(n, t, reduceCases(allOps(), kAllreduceCounts),
-                 {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}, matrixGroup(), log);
+                 {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree}, matrixGroup(), log);
   log.report();
 }
 
@@ -152,7 +152,8 @@ TEST_P(Scaling, Allreduce) {
   FailureLog log;
   for (DataType t : reducibleTypes()) {
     checkAllreduce(GetParam(), t, scaleCases(),
-                   {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kAuto},
+                   {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree,
+                    AllreduceAlgorithm::kAuto},
                    matrixGroup(), log);
   }
   log.report();
@@ -166,5 +167,37 @@ TEST_P(Scaling, ReduceScatter) {
 
 INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, Scaling, ::testing::ValuesIn(kRankCounts),
                          [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
+
+// Hierarchical allreduce on groups that look like several hosts (hosts x ranks per host), with
+// every algorithm among hosts, every dtype and op, scales included, and auto on the same hosts.
+using HostsParam = std::tuple<int, int>;
+class Hierarchical : public ::testing::TestWithParam<HostsParam> {};
+
+TEST_P(Hierarchical, Allreduce) {
+  auto [hosts, local] = GetParam();
+  const int n = hosts * local;
+  GroupOptions group = matrixGroup();
+  group.ranksPerHost = local;
+  FailureLog log;
+  std::vector<ReduceCase> cases = reduceCases(allOps(), kAllreduceCounts);
+  for (const ReduceCase& c : scaleCases()) cases.push_back(c);
+  // Among hosts: each flat algorithm (RINGFOLD_ALGO=hierarchical,<it>) on three dtypes, then the
+  // model's choice on every dtype.
+  for (const std::string algorithms : {"hierarchical,ring", "hierarchical,direct", "hierarchical,tree", "auto"}) {
+    group.algorithms = algorithms;
+    const std::vector<DataType> types = algorithms == "auto" ? reducibleTypes()
+                                                             : std::vector<DataType>{DataType::kFloat32, DataType::kBfloat16, DataType::kInt64};
+    for (DataType t : types) {
+      checkAllreduce(n, t, cases, {AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}, group, log);
+    }
+  }
+  log.report();
+}
+
+INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, Hierarchical,
+                         ::testing::Values(HostsParam{2, 2}, HostsParam{3, 2}, HostsParam{2, 3}, HostsParam{2, 4}),
+                         [](const ::testing::TestParamInfo<HostsParam>& i) {
+                           return std::to_string(std::get<0>(i.param)) + "hosts_x" + std::to_string(std::get<1>(i.param));
+                         });
 
 }  // namespace

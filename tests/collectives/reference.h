@@ -2,7 +2,8 @@
 //
 // Inputs are deterministic in (seed, rank, element) and spread over several binades, so the
 // order in which floating-point contributions are folded changes the bits; the reference folds
-// them in the documented order (schedules.h: ring chunk c from rank c+1, direct from rank 0),
+// them in the documented order (schedules.h: ring chunk c from rank c+1, direct from rank 0,
+// tree own then children up each tree; allreduce_plan.h for hierarchical),
 // with the same CPU reducer, so a collective must reproduce it exactly.
 #pragma once
 
@@ -91,18 +92,69 @@ inline double finalScaleOf(ReduceOp op, double postScale, int n) {
   return op == ReduceOp::kAvg ? postScale / n : postScale;
 }
 
-// allreduce reference: ring (chunk c from rank c+1) or direct (rank order from 0). The ring runs
-// in rounds of n chunks of at most ringChunkBytes (0: one round), each chunked on its own.
-inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
-                                ReduceOp op, double preScale, double postScale, bool ring,
-                                size_t ringChunkBytes) {
-  const int n = static_cast<int>(inputs.size());
+enum class RefAlgo { kRing, kDirect, kTree };
+
+// Children of `rank` in tree `tree` (0 or 1) of the double binary tree over n ranks, restated:
+// tree 0 on positions = ranks, position 0's one child the largest power of two below n, any
+// other position p with lowest set bit b has children p - b/2 and p + h (h the largest of b/2,
+// b/4, ... with p + h < n; none for odd p); tree 1 the same on positions n-1-rank (n even) or
+// rank-1 mod n (n odd).
+inline void treeChildren(int n, int tree, int rank, int out[2]) {
+  auto pos = [&](int r) { return tree == 0 ? r : (n % 2 == 0 ? n - 1 - r : (r - 1 + n) % n); };
+  auto rankAt = [&](int p) { return tree == 0 ? p : (n % 2 == 0 ? n - 1 - p : (p + 1) % n); };
+  const int p = pos(rank);
+  out[0] = out[1] = -1;
+  if (p == 0) {
+    int h = 1;
+    while (h * 2 < n) h *= 2;
+    if (n > 1) out[0] = rankAt(h);
+    return;
+  }
+  const int b = p & -p;
+  if (b == 1) return;
+  out[0] = rankAt(p - b / 2);
+  int h = b / 2;
+  while (h > 0 && p + h >= n) h /= 2;
+  if (h > 0) out[1] = rankAt(p + h);
+}
+
+// The tree's fold of [offset, offset+length) at `rank`: own op child0's op child1's, with
+// finalScale on the last operation when `root`.
+inline void foldTree(Reducer& red, const std::vector<Bytes>& contributions, size_t offset, size_t length, DataType t,
+                     ReduceOp op, double finalScale, int tree, int rank, bool root, std::byte* out) {
+  const int n = static_cast<int>(contributions.size());
   const size_t es = dataTypeSize(t);
-  auto contributions = preScaled(red, inputs, t, preScale);
-  const double f = finalScaleOf(op, postScale, n);
+  const ReduceOp fold = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  std::memcpy(out, contributions[rank].data() + offset * es, length * es);
+  int child[2];
+  treeChildren(n, tree, rank, child);
+  const int kids = (child[0] >= 0) + (child[1] >= 0);
+  for (int k = 0; k < kids; ++k) {
+    Bytes sub(length * es);
+    foldTree(red, contributions, offset, length, t, op, finalScale, tree, child[k], false, sub.data());
+    red.reduce(out, out, sub.data(), length, t, fold, root && k == kids - 1 ? finalScale : 1.0);
+  }
+}
+
+// A flat allreduce of (already preScaled) contributions with the given final scale: ring (chunk c
+// from rank c+1, in rounds of n chunks of at most ringChunkBytes; 0: one round), direct (rank
+// order from 0) or tree (each half of the buffer up its tree).
+inline Bytes referenceFlat(Reducer& red, const std::vector<Bytes>& contributions, size_t count, DataType t,
+                           ReduceOp op, double f, RefAlgo algo, size_t ringChunkBytes) {
+  const int n = static_cast<int>(contributions.size());
+  const size_t es = dataTypeSize(t);
   Bytes out(count * es);
-  if (!ring || n == 1) {
+  if (algo == RefAlgo::kDirect || n == 1) {
     foldRange(red, contributions, 0, count, 0, t, op, f, out.data());
+    return out;
+  }
+  if (algo == RefAlgo::kTree) {
+    for (int tree = 0; tree < 2; ++tree) {
+      size_t off, len;
+      chunkOf(count, 2, tree, off, len);
+      const int root = tree == 0 ? 0 : (n % 2 == 0 ? n - 1 : 1);
+      if (len > 0) foldTree(red, contributions, off, len, t, op, f, tree, root, true, out.data() + off * es);
+    }
     return out;
   }
   const size_t perChunk = ringChunkBytes / es > 0 ? ringChunkBytes / es : 1;
@@ -114,6 +166,46 @@ inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, 
       chunkOf(inRound, n, c, off, len);
       foldRange(red, contributions, start + off, len, (c + 1) % n, t, op, f, out.data() + (start + off) * es);
     }
+  }
+  return out;
+}
+
+// allreduce reference of one flat algorithm (see referenceFlat).
+inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
+                                ReduceOp op, double preScale, double postScale, RefAlgo algo, size_t ringChunkBytes) {
+  const int n = static_cast<int>(inputs.size());
+  return referenceFlat(red, preScaled(red, inputs, t, preScale), count, t, op, finalScaleOf(op, postScale, n), algo,
+                       ringChunkBytes);
+}
+inline Bytes referenceAllreduce(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
+                                ReduceOp op, double preScale, double postScale, bool ring, size_t ringChunkBytes) {
+  return referenceAllreduce(red, inputs, count, t, op, preScale, postScale, ring ? RefAlgo::kRing : RefAlgo::kDirect,
+                            ringChunkBytes);
+}
+
+// Hierarchical allreduce reference, hosts of `local` consecutive ranks: block c of count over
+// `local` is folded on each host in the ring reduce-scatter's order (from local rank c+1), then
+// the hosts' partial blocks go through the `cross` algorithm with the final scale.
+inline Bytes referenceHierarchical(Reducer& red, const std::vector<Bytes>& inputs, size_t count, DataType t,
+                                   ReduceOp op, double preScale, double postScale, int local, RefAlgo cross,
+                                   size_t ringChunkBytes) {
+  const int n = static_cast<int>(inputs.size());
+  const int hosts = n / local;
+  const size_t es = dataTypeSize(t);
+  auto contributions = preScaled(red, inputs, t, preScale);
+  Bytes out(count * es);
+  for (int c = 0; c < local; ++c) {
+    size_t off, len;
+    chunkOf(count, local, c, off, len);
+    std::vector<Bytes> partials;
+    for (int h = 0; h < hosts; ++h) {
+      std::vector<Bytes> mine(contributions.begin() + h * local, contributions.begin() + (h + 1) * local);
+      Bytes p(len * es);
+      foldRange(red, mine, off, len, (c + 1) % local, t, op, 1.0, p.data());
+      partials.push_back(std::move(p));
+    }
+    Bytes block = referenceFlat(red, partials, len, t, op, finalScaleOf(op, postScale, n), cross, ringChunkBytes);
+    if (len > 0) std::memcpy(out.data() + off * es, block.data(), len * es);
   }
   return out;
 }

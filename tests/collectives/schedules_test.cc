@@ -85,26 +85,6 @@ TEST(Schedules, FinalScale) {
   EXPECT_EQ(sched::finalScale(ReduceOp::kAvg, 2.0, 8), 0.25);
 }
 
-TEST(Schedules, DirectMaxBytesIsTheCostModelCrossover) {
-  sched::CostModel m;
-  for (int n : {2, 3, 4, 8, 16}) {
-    const size_t x = sched::directMaxBytes(n);
-    EXPECT_GT(x, 16u << 10) << n;  // small messages go direct
-    EXPECT_LT(x, 4u << 20) << n;
-    EXPECT_LE(m.direct(x, n), m.ring(x, n));
-    EXPECT_GT(m.direct(x + 1024, n), m.ring(x + 1024, n));
-  }
-  // At 2 ranks the crossover is where ring's halved reduction pays for its extra message:
-  // between the 128 KiB where the two were level and the 256 KiB where the ring led (measured).
-  EXPECT_NEAR(static_cast<double>(sched::directMaxBytes(2)), 2 * m.alpha / m.gamma, 2.0);
-  EXPECT_GT(sched::directMaxBytes(2), 128u << 10);
-  EXPECT_LT(sched::directMaxBytes(2), 256u << 10);
-  EXPECT_EQ(sched::directMaxBytes(1), 0u);
-  sched::CostModel slow;
-  slow.alpha = 1.0;  // a crossover past the scratch cap is capped
-  EXPECT_EQ(sched::directMaxBytes(2, slow), 4u << 20);
-}
-
 TEST(Schedules, RingRoundElems) {
   constexpr size_t K = 1024;
   // n chunks of chunkBytes per round; the whole buffer when it fits or when chunkBytes is 0.
@@ -140,10 +120,16 @@ void collect(const sched::Schedule& s, int rank, Messages& sent, Messages& recei
     const sched::Lane lane = s.lane(l);
     for (size_t u = 0; u < lane.units; ++u) {
       const sched::Unit un = s.unit(l, u);
-      for (size_t i = 0; i < lane.group; ++i) {
+      const size_t receives = un.receives == sched::kLaneGroup ? lane.group : un.receives;
+      EXPECT_LE(receives, lane.group);
+      for (size_t i = 0; i < receives; ++i) {
         received[{s.peer(l, u, i), rank, un.sub}].push_back({un.range.offset, un.range.length});
       }
       if (un.forwardTo >= 0) sent[{rank, un.forwardTo, un.forwardSub}].push_back({un.range.offset, un.range.length});
+      if (un.forwardAlso >= 0) {
+        EXPECT_GE(un.forwardTo, 0);
+        sent[{rank, un.forwardAlso, un.forwardSub}].push_back({un.range.offset, un.range.length});
+      }
       if (un.into == sched::Place::kSlot) {
         EXPECT_GT(lane.slotElems, 0u);
         EXPECT_LE(un.range.length, lane.slotElems);
@@ -176,7 +162,9 @@ TEST(Schedules, RingReduceScatterAndAllgatherMessagesPairUp) {
   for (int n : {2, 3, 5}) {
     for (size_t block : {0, 1, 10, 33}) {
       for (size_t seg : {1, 4, 64}) {
-        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingReduceScatterSchedule>(r, n, block, seg); });
+        std::vector<sched::Range> even;
+        for (int c = 0; c < n; ++c) even.push_back({c * block, block});
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingReduceScatterSchedule>(r, even, seg); });
         std::vector<sched::Range> blocks;
         for (int c = 0, off = 0; c < n; ++c) {  // allgatherv: uneven blocks, some empty
           const size_t len = (block + c * 7) % 23;
@@ -184,6 +172,7 @@ TEST(Schedules, RingReduceScatterAndAllgatherMessagesPairUp) {
           off += static_cast<int>(len);
         }
         expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingAllgatherSchedule>(r, blocks, seg); });
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::RingReduceScatterSchedule>(r, blocks, seg); });
       }
     }
   }
@@ -220,6 +209,90 @@ TEST(Schedules, ChainBroadcastMessagesPairUp) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The double binary tree: each tree holds every rank once, with one root, parents and children
+// that agree, depth ceil(log2 n); leaves of one tree are interior in the other (at odd n one
+// rank is interior in both, no more).
+TEST(Schedules, DoubleBinaryTreeShape) {
+  for (int n = 1; n <= 130; ++n) {
+    const int depth = n == 1 ? 0 : 32 - __builtin_clz(static_cast<unsigned>(n - 1));  // ceil(log2 n)
+    std::vector<int> interior(n, 0), leaves(n, 0);
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0, deepest = 0;
+      for (int r = 0; r < n; ++r) {
+        const sched::TreeNode node = sched::treeNode(r, n, t);
+        if (node.parent < 0) ++roots;
+        for (int c : node.child) {
+          if (c < 0) continue;
+          ASSERT_LT(c, n);
+          EXPECT_EQ(sched::treeNode(c, n, t).parent, r) << "n=" << n << " tree " << t;
+        }
+        if (node.child[1] >= 0) {
+          EXPECT_GE(node.child[0], 0);
+        }
+        if (node.parent >= 0) {
+          const sched::TreeNode up = sched::treeNode(node.parent, n, t);
+          EXPECT_TRUE(up.child[0] == r || up.child[1] == r) << "n=" << n << " rank " << r;
+        }
+        (node.children() > 0 ? interior : leaves)[r] += n > 1 ? 1 : 0;
+        int d = 0;  // depth of r: walk up (at most n steps)
+        for (int at = r; sched::treeNode(at, n, t).parent >= 0 && d <= n; ++d) at = sched::treeNode(at, n, t).parent;
+        deepest = std::max(deepest, d);
+      }
+      EXPECT_EQ(roots, 1) << "n=" << n;
+      EXPECT_EQ(deepest, depth) << "n=" << n << " tree " << t;
+    }
+    if (n == 1) continue;
+    int both = 0;
+    for (int r = 0; r < n; ++r) {
+      both += interior[r] == 2;
+      if (n % 2 == 0) {
+        EXPECT_EQ(leaves[r], 1) << "n=" << n << " rank " << r;
+      }
+    }
+    EXPECT_LE(both, n % 2) << "n=" << n;
+  }
+}
+
+// Tree allreduce: messages pair up; every segment is folded once at its tree's root with the
+// final scale; broadcast receives are gated on the send that reads the same place.
+TEST(Schedules, TreeAllreduceMessagesPairUp) {
+  for (int n : {2, 3, 4, 5, 7, 8, 13}) {
+    for (size_t count : {0, 1, 2, 7, 100, 1000}) {
+      for (size_t seg : {1, 3, 64}) {
+        expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::TreeAllreduceSchedule>(r, n, count, seg, r % 2 == 0); });
+        std::map<std::pair<size_t, size_t>, int> lastFolds;
+        for (int r = 0; r < n; ++r) {
+          const sched::TreeAllreduceSchedule s(r, n, count, seg, true);
+          EXPECT_EQ(s.ownSend(0).range.length, 0u);  // the hello
+          EXPECT_EQ(s.peer(0, 0, 0), sched::mod(r - 1, n));
+          for (size_t u = 1; u < s.lane(0).units; ++u) {
+            const sched::Unit un = s.unit(0, u);
+            EXPECT_GE(un.receives, 1u);
+            EXPECT_EQ(un.ownAt, 0);
+            if (un.last && un.range.length > 0) ++lastFolds[{un.range.offset, un.range.length}];
+          }
+          for (size_t u = 0; u < s.lane(1).units; ++u) {
+            const sched::Unit un = s.unit(1, u);
+            EXPECT_NE(un.gate.kind, sched::Gate::kNone);
+            EXPECT_TRUE(un.gate.retire);
+            if (un.gate.kind == sched::Gate::kForward) {
+              EXPECT_EQ(s.unit(0, un.gate.index).range.offset, un.range.offset);
+            } else {
+              EXPECT_EQ(s.ownSend(un.gate.index).range.offset, un.range.offset);
+            }
+          }
+        }
+        size_t covered = 0;
+        for (const auto& [range, folds] : lastFolds) {
+          EXPECT_EQ(folds, 1);
+          covered += range.second;
+        }
+        EXPECT_EQ(covered, count) << "n=" << n << " count=" << count << " seg=" << seg;
       }
     }
   }

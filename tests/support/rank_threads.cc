@@ -34,7 +34,13 @@ std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Comm
         comms[r]->setSegmentBytes(options.segmentBytes);
         CollectiveTuning tuning = comms[r]->tuning();
         tuning.ringChunkBytes = options.ringChunkBytes;
+        tuning.allreduceAlgorithm = options.algorithms;
         comms[r]->setTuning(tuning);
+        if (options.ranksPerHost > 0) {
+          std::vector<std::string> ids;
+          for (int p = 0; p < size; ++p) ids.push_back("host" + std::to_string(p / options.ranksPerHost));
+          comms[r]->setHostIds(ids);
+        }
         body(*comms[r]);
       } catch (...) {
         errors[r] = std::current_exception();

@@ -18,6 +18,8 @@ struct GroupOptions {
   size_t segmentBytes = 4096;                        // small, so tests cross segments cheaply
   size_t ringChunkBytes = 3 * 4096;                  // ring rounds of 3-segment chunks: both cheaply
   std::chrono::milliseconds connectTimeout{20000};
+  int ranksPerHost = 0;  // > 0: ranks r / ranksPerHost share a host (Communicator::setHostIds)
+  std::string algorithms = "auto";  // CollectiveTuning::allreduceAlgorithm (RINGFOLD_ALGO)
 };
 
 // Runs body(comm) on `size` threads, one rank each. Returns each rank's exception (null when

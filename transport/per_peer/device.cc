@@ -33,10 +33,14 @@ Connected connect(const ConnectSpec& spec, const Policy& policy, const Factory& 
   RF_ENFORCE(spec.peers.empty(), "per_peer::connect connects every peer");
   const auto hosts = exchangeHostIds(*spec.store, spec.prefix, spec.rank, spec.size, myHost, spec.timeout);
   auto backends = assignBackends(hosts, spec.rank, policy);
-  if (policy.fallback.empty()) return connectWith(spec, std::move(backends), factory, policy);
-  const auto words = exchangeRemoteCapabilities(*spec.store, spec.prefix, spec.rank, spec.size, policy, spec.timeout);
-  const Policy used = applyFallback(backends, words, spec.rank, policy);
-  return connectWith(spec, std::move(backends), factory, used);
+  Policy used = policy;
+  if (!policy.fallback.empty()) {
+    const auto words = exchangeRemoteCapabilities(*spec.store, spec.prefix, spec.rank, spec.size, policy, spec.timeout);
+    used = applyFallback(backends, words, spec.rank, policy);
+  }
+  Connected c = connectWith(spec, std::move(backends), factory, used);
+  c.hostIds = hosts;
+  return c;
 }
 
 Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendOf, const Factory& factory,
@@ -111,7 +115,7 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
     p = q + 1;
   }
   RF_LOG(kInfo) << "rank " << spec.rank << " reaches " << (reach.empty() ? "no peer" : reach);
-  if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers)};
+  if (children.size() == 1) return {std::move(children[0].device), std::move(children[0].peers), {}};
   // How many peers each same-host backend joined (tests/netns reads this line).
   std::string local;
   for (const auto& label : {std::string("shm"), std::string("unix_uring")}) {
@@ -123,7 +127,7 @@ Connected connectWith(const ConnectSpec& spec, std::vector<std::string> backendO
                  << ") through " << children.size() << " backends";
   auto device = std::make_unique<Device>(std::move(children));
   auto peers = device->takeConnections();
-  return {std::move(device), std::move(peers)};
+  return {std::move(device), std::move(peers), {}};
 }
 
 Device::Device(std::vector<Child> children) {

@@ -39,6 +39,7 @@ using Factory = std::function<std::unique_ptr<transport::Device>(const std::stri
 struct Connected {
   std::unique_ptr<transport::Device> device;  // a single backend's device, or a per_peer::Device
   std::vector<std::unique_ptr<transport::Connection>> peers;  // by rank, null at spec.rank
+  std::vector<std::string> hostIds;  // every rank's host identity (connect() only; selector.h)
 };
 
 // One backend's device, connected, with its connections by rank (null where it has none).

@@ -1,0 +1,399 @@
+#include "collectives/allreduce_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "collectives/broadcast.h"
+#include "collectives/communicator.h"
+#include "collectives/sendrecv.h"
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/params.h"
+
+namespace ringfold::coll {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect,
+                                              AllreduceAlgorithm::kTree, AllreduceAlgorithm::kHierarchical};
+
+int ceilLog2(int n) {
+  int d = 0;
+  while ((1 << d) < n) ++d;
+  return d;
+}
+
+double flatSeconds(AllreduceAlgorithm a, const LinkCost& link, double gamma, int n, double s, size_t segmentBytes,
+                   size_t* treeSegment) {
+  const double f = static_cast<double>(n - 1) / n;
+  switch (a) {
+    case AllreduceAlgorithm::kRing:
+      return 2.0 * (n - 1) * link.alpha + 2.0 * f * s * link.beta + f * s * gamma;
+    case AllreduceAlgorithm::kDirect:
+      return link.alpha + (n - 1) * s * (link.beta + gamma);
+    case AllreduceAlgorithm::kTree: {
+      const double d = ceilLog2(n);
+      auto at = [&](double seg) {
+        return 2.0 * d * (link.alpha + seg * link.beta) + 2.0 * s * link.beta + s * gamma +
+               3.0 * std::ceil(s / seg) * link.overhead;
+      };
+      double best = at(std::max(1.0, s / 2)), bestSeg = std::max(1.0, s / 2);
+      for (size_t seg = size_t{8} << 10; seg <= segmentBytes && seg < s / 2; seg *= 2) {
+        const double t = at(static_cast<double>(seg));
+        if (t < best) best = t, bestSeg = static_cast<double>(seg);
+      }
+      if (treeSegment != nullptr) *treeSegment = std::min<size_t>(segmentBytes, static_cast<size_t>(bestSeg));
+      return best;
+    }
+    default:
+      return -1;
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+// ---- constants ----
+
+std::string ModelConstants::text() const {
+  std::ostringstream out;
+  out.precision(4);
+  out << "local_alpha=" << local.alpha << " local_beta=" << local.beta << " local_overhead=" << local.overhead
+      << " remote_alpha=" << remote.alpha << " remote_beta=" << remote.beta << " remote_overhead=" << remote.overhead
+      << " gamma=" << gamma;
+  return out.str();
+}
+
+ModelConstants ModelConstants::parse(const std::string& text, const std::string& origin) {
+  ModelConstants m;
+  std::map<std::string, double*> fields = {
+      {"local_alpha", &m.local.alpha},   {"local_beta", &m.local.beta},   {"local_overhead", &m.local.overhead},
+      {"remote_alpha", &m.remote.alpha}, {"remote_beta", &m.remote.beta}, {"remote_overhead", &m.remote.overhead},
+      {"gamma", &m.gamma}};
+  std::istringstream in(text);
+  std::string word;
+  size_t seen = 0;
+  while (in >> word) {
+    const size_t eq = word.find('=');
+    const std::string key = word.substr(0, eq);
+    auto it = fields.find(key);
+    if (eq == std::string::npos || it == fields.end()) {
+      RF_THROW(InvalidArgument, origin, ": '", word, "' is not a model constant (expected key=value with keys ",
+               "local_alpha, local_beta, local_overhead, remote_alpha, remote_beta, remote_overhead, gamma)");
+    }
+    const std::string value = word.substr(eq + 1);
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
+      RF_THROW(InvalidArgument, origin, ": ", key, "='", value, "' is not a non-negative number of seconds");
+    }
+    *it->second = v;
+    ++seen;
+  }
+  if (seen != fields.size()) {
+    RF_THROW(InvalidArgument, origin, ": expected the ", fields.size(), " constants of `RINGFOLD_MODEL_SAVE`'s output, got ", seen);
+  }
+  return m;
+}
+
+// ---- allowed algorithms ----
+
+AlgorithmSet AlgorithmSet::all() {
+  AlgorithmSet s;
+  for (AllreduceAlgorithm a : kAlgorithms) s.bits_ |= 1u << static_cast<int>(a);
+  return s;
+}
+
+AlgorithmSet AlgorithmSet::parse(const std::string& spec) {
+  std::string s = lower(spec);
+  s.erase(std::remove_if(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }), s.end());
+  if (s.rfind("allreduce:", 0) == 0) s = s.substr(10);
+  if (s.empty() || s == "auto") return all();
+  const bool exclude = s[0] == '^';
+  if (exclude) s = s.substr(1);
+  AlgorithmSet named;
+  std::istringstream in(s);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    bool known = false;
+    for (AllreduceAlgorithm a : kAlgorithms) {
+      if (name == algorithmName(a)) named.bits_ |= 1u << static_cast<int>(a), known = true;
+    }
+    if (!known) {
+      RF_THROW(InvalidArgument, params::kAlgo.name, "='", spec, "': unknown algorithm '", name,
+               "'; use auto, or a list of ring, direct, tree, hierarchical (\"^\" first to exclude them)");
+    }
+  }
+  AlgorithmSet out = exclude ? all() : named;
+  if (exclude) out.bits_ &= ~named.bits_;
+  if (out.bits_ == 0) RF_THROW(InvalidArgument, params::kAlgo.name, "='", spec, "' leaves no algorithm");
+  return out;
+}
+
+std::string AlgorithmSet::text() const {
+  std::string out;
+  for (AllreduceAlgorithm a : kAlgorithms) {
+    if (has(a)) out += (out.empty() ? "" : ",") + std::string(algorithmName(a));
+  }
+  return out;
+}
+
+// ---- predictions ----
+
+AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AllreduceAlgorithm a,
+                                 size_t segmentBytes, AlgorithmSet allowed) {
+  AllreduceChoice c;
+  c.algorithm = a;
+  c.treeSegmentBytes = segmentBytes;
+  const double s = static_cast<double>(bytes);
+  const int n = shape.size;
+  if (a != AllreduceAlgorithm::kHierarchical) {
+    const LinkCost& link = shape.hosts > 1 ? m.remote : m.local;
+    c.seconds = flatSeconds(a, link, m.gamma, n, s, segmentBytes, &c.treeSegmentBytes);
+    return c;
+  }
+  const int l = shape.localSize, h = shape.hosts;
+  if (h < 2 || l < 2 || !shape.homogeneous || l * h != n) {
+    c.seconds = -1;
+    return c;
+  }
+  const double f = static_cast<double>(l - 1) / l;
+  const double local = 2.0 * (l - 1) * m.local.alpha + 2.0 * f * s * m.local.beta + f * s * m.gamma;
+  LinkCost shared = m.remote;
+  shared.beta *= l;  // the L cross allreduces of a host share its link
+  const AllreduceAlgorithm flat[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree};
+  bool any = false;
+  for (AllreduceAlgorithm x : flat) any = any || allowed.has(x);
+  double best = -1;
+  for (AllreduceAlgorithm x : flat) {
+    if (any && !allowed.has(x)) continue;
+    size_t seg = segmentBytes;
+    const double t = flatSeconds(x, shared, m.gamma, h, s / l, segmentBytes, &seg);
+    if (best < 0 || t < best) best = t, c.cross = x, c.treeSegmentBytes = seg;
+  }
+  c.seconds = local + best;
+  return c;
+}
+
+AllreduceChoice chooseAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AlgorithmSet allowed,
+                                size_t segmentBytes) {
+  AllreduceChoice best;
+  best.seconds = -1;
+  for (AllreduceAlgorithm a : kAlgorithms) {
+    if (!allowed.has(a)) continue;
+    const AllreduceChoice c = predictAllreduce(m, shape, bytes, a, segmentBytes, allowed);
+    if (c.seconds >= 0 && (best.seconds < 0 || c.seconds < best.seconds)) best = c;
+  }
+  // Nothing allowed applies (hierarchical alone on one host): the ring always does.
+  return best.seconds >= 0 ? best : predictAllreduce(m, shape, bytes, AllreduceAlgorithm::kRing, segmentBytes);
+}
+
+// ---- the chooser ----
+
+AllreduceChooser::AllreduceChooser(const ModelConstants& model, const JobShape& shape, const Rules& rules)
+    : model_(model), shape_(shape), rules_(rules) {
+  const bool fits = predictAllreduce(model_, shape_, 0, AllreduceAlgorithm::kHierarchical, rules_.segmentBytes).seconds >= 0;
+  if (rules_.hierarchical == false || !fits) rules_.allowed.remove(AllreduceAlgorithm::kHierarchical);
+  if (rules_.hierarchical == true && !fits) {
+    RF_LOG(kInfo) << "hierarchical allreduce asked for, but the job does not fit it (" << shape_.hosts << " hosts, "
+                  << (shape_.homogeneous ? std::to_string(shape_.localSize) : std::string("uneven")) << " ranks per host)";
+  }
+}
+
+const AllreduceChoice& AllreduceChooser::choose(size_t bytes) {
+  auto it = memo_.find(bytes);
+  if (it != memo_.end()) return it->second;
+  if (memo_.size() >= 4096) memo_.clear();  // bounded: a job with ever new sizes
+  const AllreduceChoice c = compute(bytes);
+  RF_LOG(kDebug) << "allreduce of " << bytes << " bytes on " << shape_.size << " ranks: " << algorithmName(c.algorithm)
+                 << (c.algorithm == AllreduceAlgorithm::kHierarchical ? std::string(" (") + algorithmName(c.cross) + " among hosts)" : "")
+                 << (c.algorithm == AllreduceAlgorithm::kTree || c.cross == AllreduceAlgorithm::kTree
+                         ? ", tree segments of " + std::to_string(c.treeSegmentBytes) + " bytes" : "")
+                 << ", predicted " << c.seconds * 1e6 << " us";
+  return memo_.emplace(bytes, c).first->second;
+}
+
+AllreduceChoice AllreduceChooser::compute(size_t bytes) const {
+  AlgorithmSet allowed = rules_.allowed;
+  if (rules_.directMaxBytes) {
+    if (bytes <= *rules_.directMaxBytes && allowed.has(AllreduceAlgorithm::kDirect)) {
+      return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kDirect, rules_.segmentBytes);
+    }
+    allowed.remove(AllreduceAlgorithm::kDirect);
+  }
+  if (rules_.hierarchical == true && allowed.has(AllreduceAlgorithm::kHierarchical)) {
+    return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kHierarchical, rules_.segmentBytes, allowed);
+  }
+  return chooseAllreduce(model_, shape_, bytes, allowed, rules_.segmentBytes);
+}
+
+JobShape jobShape(int size, const std::vector<int>& hostOf) {
+  JobShape s;
+  s.size = size;
+  if (hostOf.empty()) {
+    s.localSize = size;
+    return s;
+  }
+  std::vector<int> count;
+  for (int h : hostOf) {
+    if (h >= static_cast<int>(count.size())) count.resize(h + 1, 0);
+    ++count[h];
+  }
+  s.hosts = static_cast<int>(count.size());
+  s.localSize = count[0];
+  for (int c : count) s.homogeneous = s.homogeneous && c == count[0];
+  return s;
+}
+
+// ---- measurement ----
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Rank 0's side of the measurement of one link (partner's side: answer()).
+LinkCost measureLink(Communicator& comm, int partner, std::vector<std::byte>& big) {
+  constexpr int kSmall = 16, kLarge = 3, kBurst = 32;
+  std::byte small[8] = {};
+  std::vector<double> rtt;
+  small[0] = std::byte{1};  // "measure", and a warm-up
+  send(comm, small, 8, DataType::kUint8, partner);
+  recv(comm, small, 8, DataType::kUint8, partner);
+  for (int i = 0; i < kSmall; ++i) {
+    const auto t0 = Clock::now();
+    send(comm, small, 8, DataType::kUint8, partner);
+    recv(comm, small, 8, DataType::kUint8, partner);
+    rtt.push_back(seconds(t0, Clock::now()));
+  }
+  LinkCost link;
+  link.alpha = median(rtt) / 2;
+  rtt.clear();
+  for (int i = 0; i < kLarge; ++i) {
+    const auto t0 = Clock::now();
+    send(comm, big.data(), big.size(), DataType::kUint8, partner);
+    recv(comm, big.data(), big.size(), DataType::kUint8, partner);
+    rtt.push_back(seconds(t0, Clock::now()));
+  }
+  link.beta = std::max(0.0, median(rtt) / 2 - link.alpha) / static_cast<double>(big.size());
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kBurst; ++i) send(comm, small, 8, DataType::kUint8, partner);
+  recv(comm, small, 8, DataType::kUint8, partner);
+  link.overhead = std::max(0.0, seconds(t0, Clock::now()) - 2 * link.alpha) / kBurst;
+  return link;
+}
+
+// The partner's side: rank 0's first word says whether it measures (it may read a file).
+void answer(Communicator& comm) {
+  constexpr int kSmall = 16, kLarge = 3, kBurst = 32;
+  std::byte small[8] = {};
+  recv(comm, small, 8, DataType::kUint8, 0);
+  if (small[0] == std::byte{0}) return;
+  send(comm, small, 8, DataType::kUint8, 0);
+  std::vector<std::byte> big(size_t{1} << 20);
+  for (int i = 0; i < kSmall; ++i) {
+    recv(comm, small, 8, DataType::kUint8, 0);
+    send(comm, small, 8, DataType::kUint8, 0);
+  }
+  for (int i = 0; i < kLarge; ++i) {
+    recv(comm, big.data(), big.size(), DataType::kUint8, 0);
+    send(comm, big.data(), big.size(), DataType::kUint8, 0);
+  }
+  for (int i = 0; i < kBurst; ++i) recv(comm, small, 8, DataType::kUint8, 0);
+  send(comm, small, 8, DataType::kUint8, 0);
+}
+
+double measureGamma(Communicator& comm) {
+  constexpr size_t kCount = 64 << 10;  // 256 KiB of float32, in cache
+  std::vector<float> a(kCount, 1.0f), b(kCount, 2.0f);
+  std::vector<double> t;
+  for (int i = 0; i < 8; ++i) {
+    const auto t0 = Clock::now();
+    comm.reducer().reduce(reinterpret_cast<std::byte*>(a.data()), reinterpret_cast<const std::byte*>(a.data()),
+                          reinterpret_cast<const std::byte*>(b.data()), kCount, DataType::kFloat32, ReduceOp::kSum, 1.0);
+    t.push_back(seconds(t0, Clock::now()));
+  }
+  return median(t) / (kCount * sizeof(float));
+}
+
+}  // namespace
+
+ModelConstants calibrate(Communicator& comm) {
+  ModelConstants m;
+  if (comm.size() < 2) return m;
+  const std::vector<int>& hostOf = comm.hostOf();
+  int local = -1, remote = -1;
+  for (int r = 1; r < comm.size(); ++r) {
+    const bool same = !hostOf.empty() ? hostOf[r] == hostOf[0] : true;
+    if (same && local < 0) local = r;
+    if (!same && remote < 0) remote = r;
+  }
+  const std::string file = params::kModelFile.str();
+  double packed[7] = {};
+  std::exception_ptr failure;  // rank 0's: every rank throws, not only rank 0
+  if (comm.rank() == 0) {
+    try {
+      if (!file.empty()) {
+        std::byte skip[8] = {};
+        for (int partner : {local, remote}) {
+          if (partner > 0) send(comm, skip, 8, DataType::kUint8, partner);
+        }
+        std::ifstream in(file);
+        if (!in) RF_THROW(InvalidArgument, params::kModelFile.name, "='", file, "' cannot be read");
+        std::stringstream text;
+        text << in.rdbuf();
+        m = ModelConstants::parse(text.str(), std::string(params::kModelFile.name) + "='" + file + "'");
+      } else {
+        std::vector<std::byte> big(size_t{1} << 20);
+        if (local > 0) m.local = measureLink(comm, local, big);
+        if (remote > 0) m.remote = measureLink(comm, remote, big);
+        if (local < 0) m.local = m.remote;
+        if (remote < 0) m.remote = m.local;
+        m.gamma = measureGamma(comm);
+      }
+      const std::string save = params::kModelSave.str();
+      if (!save.empty()) {
+        std::ofstream out(save);
+        out << m.text() << "\n";
+        if (!out) RF_THROW(InvalidArgument, params::kModelSave.name, "='", save, "' cannot be written");
+      }
+      packed[0] = m.local.alpha, packed[1] = m.local.beta, packed[2] = m.local.overhead;
+      packed[3] = m.remote.alpha, packed[4] = m.remote.beta, packed[5] = m.remote.overhead, packed[6] = m.gamma;
+    } catch (const InvalidArgument&) {
+      if (comm.failed()) throw;
+      failure = std::current_exception();
+      packed[0] = -1;  // tells the other ranks
+    }
+  } else if (comm.rank() == local || comm.rank() == remote) {
+    answer(comm);
+  }
+  broadcast(comm, {.sendbuf = packed, .recvbuf = packed, .count = 7, .dtype = DataType::kFloat64, .root = 0});
+  if (failure) std::rethrow_exception(failure);
+  if (packed[0] < 0) {
+    RF_THROW(InvalidArgument, "rank 0 could not load the allreduce model (", params::kModelFile.name, " or ",
+             params::kModelSave.name, "; rank 0's error says which)");
+  }
+  m.local = LinkCost{packed[0], packed[1], packed[2]};
+  m.remote = LinkCost{packed[3], packed[4], packed[5]};
+  m.gamma = packed[6];
+  RF_LOG(kDebug) << "allreduce model: " << m.text();
+  return m;
+}
+
+}  // namespace ringfold::coll
