@@ -325,7 +325,10 @@ int Runner::run() {
     printPreamble(stdout, h);
   }
   printDevices();
-  if (rank_ == 0) printResultHeader(stdout, f_.reportCpuTime != 0);
+  if (rank_ == 0) {
+    for (const std::string& line : coll_.headerLines(comm_, f_.sizes())) std::printf("#  %s\n", line.c_str());
+    printResultHeader(stdout, f_.reportCpuTime != 0);
+  }
 
   for (DataType t : typeList) {
     for (ReduceOp op : opList) {

@@ -70,6 +70,9 @@ class BenchCollective {
   virtual int64_t checkOutput(const CheckContext& c, const void* output) const = 0;
   // False where nccl-tests prints N/A for the in-place column (sendrecv).
   virtual bool checkedInPlace() const { return true; }
+  // Extra "#  ..." header lines for these sizes (all_reduce_perf: the model and the algorithm
+  // chosen for each size), printed by rank 0 after the device lines.
+  virtual std::vector<std::string> headerLines(Communicator&, const std::vector<size_t>& /*bytes*/) const { return {}; }
 };
 
 // Runs the benchmark described by `coll` on Communicator::fromEnvironment(). Returns the exit
