@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev         # tests, micro-benchmarks
   libgloo-dev libopenmpi-dev openmpi-bin             # comparison baselines (bench/compare)
   iproute2 iperf3 procps                             # emulated multi-host tests and benchmarks
+  iptables iputils-ping                              # their delay emulator's NFQUEUE rule, ping
   openssh-client                                     # ringfoldrun starts remote ranks over ssh
   openssh-server                                     # tests/netns runs one sshd per emulated host
                                                      # (its own config and keys; never the system's)

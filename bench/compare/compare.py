@@ -445,7 +445,8 @@ class NetnsCluster:
     def __init__(self, n, rate, delay, prefix):
         self.n, self.rate, self.delay, self.prefix = n, rate, delay, prefix
         self.script = os.path.join(HERE, "netns_cluster.sh")
-        self.env = dict(os.environ, RF_NETNS_PREFIX=prefix)
+        # The delay emulators (rf_netdelay) exit with this process, even on SIGKILL.
+        self.env = dict(os.environ, RF_NETNS_PREFIX=prefix, RF_NETNS_OWNER_PID=str(os.getpid()))
         self.old = {}
 
     def _script(self, *a):
@@ -616,7 +617,9 @@ def main():
     p.add_argument("--op-timeout", type=int, default=60, help="-T passed to the programs")
     p.add_argument("--netns", type=int, default=0, help="emulated cluster with this many hosts")
     p.add_argument("--rate", default="1gbit", help="link rate in --netns mode (tc syntax)")
-    p.add_argument("--delay", default="", help="added one-way link delay in --netns mode")
+    p.add_argument("--delay", default="",
+                   help="added one-way host-to-host delay in --netns mode, e.g. 0.5ms or 500us "
+                        "(RTT twice that): rf_netdelay, from $RF_NETDELAY or build/tests/netns")
     p.add_argument("--netns-prefix", default="rfbh", help="namespace name prefix (--netns)")
     p.add_argument("--netns-min-bytes", default="1M")
     p.add_argument("--netns-max-bytes", default="64M")
