@@ -49,9 +49,10 @@ AllreduceAlgorithm chooseAllreduceAlgorithm(Communicator& comm, size_t bytes) {
 coll::AllreduceChoice resolveAllreduce(Communicator& comm, AllreduceAlgorithm requested, size_t bytes) {
   if (requested == AllreduceAlgorithm::kAuto) return comm.allreduceChooser().choose(bytes);
   const coll::JobShape shape = coll::jobShape(comm.size(), comm.hostOf());
-  coll::AllreduceChoice c = coll::predictAllreduce(comm.model(), shape, bytes, requested, comm.segmentBytes(),
+  const coll::Knobs knobs{comm.segmentBytes(), comm.tuning().ringChunkBytes};
+  coll::AllreduceChoice c = coll::predictAllreduce(comm.model(), shape, bytes, requested, knobs,
                                                    coll::AlgorithmSet::parse(comm.tuning().allreduceAlgorithm));
-  if (c.seconds < 0) c = coll::predictAllreduce(comm.model(), shape, bytes, AllreduceAlgorithm::kRing, comm.segmentBytes());
+  if (c.seconds < 0) c = coll::predictAllreduce(comm.model(), shape, bytes, AllreduceAlgorithm::kRing, knobs);
   return c;
 }
 
@@ -99,7 +100,7 @@ void allreduce(Communicator& comm, const AllreduceOptions& o) {
     plan.inPlace = o.sendbuf == o.recvbuf;
     plan.segmentBytes = comm.segmentBytes();
     plan.treeSegmentBytes = choice.treeSegmentBytes;
-    plan.ringChunkBytes = comm.tuning().ringChunkBytes;
+    plan.ringChunkBytes = choice.ringChunkBytes;
     std::vector<coll::Phase> phases = coll::planAllreduce(algo, {.rank = r, .size = comm.size()}, plan);
     coll::runFlat(comm, algo, phases.begin(), phases.end(), a);
   });

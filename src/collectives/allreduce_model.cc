@@ -31,26 +31,69 @@ int ceilLog2(int n) {
   return d;
 }
 
-double flatSeconds(AllreduceAlgorithm a, const LinkCost& link, double gamma, int n, double s, size_t segmentBytes,
-                   size_t* treeSegment) {
+// The ring's chunk: the configured one, doubled while a round's start-up exceeds 10% of its
+// transfer (alpha > 0.1 c beta), at most 64 MiB; 0 stays 0 (one round).
+size_t ringChunk(const LinkCost& link, size_t configured) {
+  if (configured == 0) return 0;
+  size_t c = configured;
+  while (c < (size_t{64} << 20) && link.alpha > 0.1 * static_cast<double>(c) * link.beta) c *= 2;
+  return c;
+}
+
+// The links a flat algorithm crosses: n ranks on `hosts` hosts of l ranks each (consecutive
+// ranks share a host), local and remote constants.
+struct Links {
+  LinkCost local, remote;
+  int n = 1, hosts = 1, l = 1;
+  bool spans() const { return hosts > 1; }
+  const LinkCost& slowest() const { return spans() ? remote : local; }
+  // alpha of a hop, `remoteShare` of the hops crossing hosts.
+  double alpha(double remoteShare) const {
+    return spans() ? remoteShare * remote.alpha + (1 - remoteShare) * local.alpha : local.alpha;
+  }
+};
+
+// One flat algorithm's predicted seconds; fills the choice's tree segment and ring chunk.
+//   ring  : of its n edges `hosts` cross hosts, so that share of a chunk's 2(n-1) dependent hops
+//           pays the remote latency; each remote edge carries 2(n-1)/n S.
+//   direct: n-1 messages leave each rank at once (overhead each); a host's link carries its l
+//           ranks' (n-l) S.
+//   tree  : the levels with b < l join ranks of one host; a host's link carries its ranks'
+//           sends, about (l+1)/2 x 2S for trees whose neighbours are often on one host.
+double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s, const Knobs& knobs,
+                   AllreduceChoice& c) {
+  const int n = k.n;
   const double f = static_cast<double>(n - 1) / n;
+  const LinkCost& slow = k.slowest();
   switch (a) {
-    case AllreduceAlgorithm::kRing:
-      return 2.0 * (n - 1) * link.alpha + 2.0 * f * s * link.beta + f * s * gamma;
-    case AllreduceAlgorithm::kDirect:
-      return link.alpha + (n - 1) * s * (link.beta + gamma);
+    case AllreduceAlgorithm::kRing: {
+      c.ringChunkBytes = ringChunk(slow, knobs.ringChunkBytes);
+      const double perRound = static_cast<double>(n) * static_cast<double>(c.ringChunkBytes);
+      const double rounds = c.ringChunkBytes == 0 ? 1.0 : std::max(1.0, std::ceil(s / perRound));
+      const double hop = k.alpha(static_cast<double>(k.hosts) / n);
+      return rounds * 2.0 * (n - 1) * hop + 2.0 * f * s * slow.beta + f * s * gamma;
+    }
+    case AllreduceAlgorithm::kDirect: {
+      const double wire = k.spans() ? std::max(static_cast<double>(k.l) * (n - k.l) * s * k.remote.beta,
+                                               (k.l - 1) * s * k.local.beta)
+                                    : (n - 1) * s * k.local.beta;
+      return slow.alpha + (n - 1) * slow.overhead + wire + (n - 1) * s * gamma;
+    }
     case AllreduceAlgorithm::kTree: {
       const double d = ceilLog2(n);
+      const double localLevels = std::min(d, static_cast<double>(ceilLog2(k.l)));
+      const double hop = k.alpha(d > 0 ? (d - localLevels) / d : 0.0);
+      const double share = k.spans() ? (k.l + 1) / 2.0 : 1.0;
       auto at = [&](double seg) {
-        return 2.0 * d * (link.alpha + seg * link.beta) + 2.0 * s * link.beta + s * gamma +
-               3.0 * std::ceil(s / seg) * link.overhead;
+        return 2.0 * d * (hop + seg * slow.beta) + 2.0 * s * slow.beta * share + s * gamma +
+               3.0 * std::ceil(s / seg) * slow.overhead;
       };
       double best = at(std::max(1.0, s / 2)), bestSeg = std::max(1.0, s / 2);
-      for (size_t seg = size_t{8} << 10; seg <= segmentBytes && seg < s / 2; seg *= 2) {
+      for (size_t seg = size_t{8} << 10; seg <= knobs.segmentBytes && seg < s / 2; seg *= 2) {
         const double t = at(static_cast<double>(seg));
         if (t < best) best = t, bestSeg = static_cast<double>(seg);
       }
-      if (treeSegment != nullptr) *treeSegment = std::min<size_t>(segmentBytes, static_cast<size_t>(bestSeg));
+      c.treeSegmentBytes = std::min<size_t>(knobs.segmentBytes, static_cast<size_t>(bestSeg));
       return best;
     }
     default:
@@ -153,15 +196,17 @@ std::string AlgorithmSet::text() const {
 // ---- predictions ----
 
 AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AllreduceAlgorithm a,
-                                 size_t segmentBytes, AlgorithmSet allowed) {
+                                 const Knobs& knobs, AlgorithmSet allowed) {
   AllreduceChoice c;
   c.algorithm = a;
-  c.treeSegmentBytes = segmentBytes;
+  c.treeSegmentBytes = knobs.segmentBytes;
+  c.ringChunkBytes = knobs.ringChunkBytes;
   const double s = static_cast<double>(bytes);
   const int n = shape.size;
   if (a != AllreduceAlgorithm::kHierarchical) {
-    const LinkCost& link = shape.hosts > 1 ? m.remote : m.local;
-    c.seconds = flatSeconds(a, link, m.gamma, n, s, segmentBytes, &c.treeSegmentBytes);
+    // Uneven hosts: as if every host ran the largest share.
+    const int l = shape.hosts > 1 ? (n + shape.hosts - 1) / shape.hosts : n;
+    c.seconds = flatSeconds(a, Links{m.local, m.remote, n, shape.hosts, l}, m.gamma, s, knobs, c);
     return c;
   }
   const int l = shape.localSize, h = shape.hosts;
@@ -171,40 +216,45 @@ AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape,
   }
   const double f = static_cast<double>(l - 1) / l;
   const double local = 2.0 * (l - 1) * m.local.alpha + 2.0 * f * s * m.local.beta + f * s * m.gamma;
-  LinkCost shared = m.remote;
-  shared.beta *= l;  // the L cross allreduces of a host share its link
+  Links cross{m.local, m.remote, h, h, 1};
+  cross.remote.beta *= l;  // the L cross allreduces of a host share its link
   const AllreduceAlgorithm flat[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree};
   bool any = false;
   for (AllreduceAlgorithm x : flat) any = any || allowed.has(x);
   double best = -1;
   for (AllreduceAlgorithm x : flat) {
     if (any && !allowed.has(x)) continue;
-    size_t seg = segmentBytes;
-    const double t = flatSeconds(x, shared, m.gamma, h, s / l, segmentBytes, &seg);
-    if (best < 0 || t < best) best = t, c.cross = x, c.treeSegmentBytes = seg;
+    AllreduceChoice among = c;
+    const double t = flatSeconds(x, cross, m.gamma, s / l, knobs, among);
+    if (best < 0 || t < best) {
+      best = t;
+      c.cross = x;
+      c.treeSegmentBytes = among.treeSegmentBytes;
+      c.ringChunkBytes = among.ringChunkBytes;
+    }
   }
   c.seconds = local + best;
   return c;
 }
 
 AllreduceChoice chooseAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AlgorithmSet allowed,
-                                size_t segmentBytes) {
+                                const Knobs& knobs) {
   AllreduceChoice best;
   best.seconds = -1;
   for (AllreduceAlgorithm a : kAlgorithms) {
     if (!allowed.has(a)) continue;
-    const AllreduceChoice c = predictAllreduce(m, shape, bytes, a, segmentBytes, allowed);
+    const AllreduceChoice c = predictAllreduce(m, shape, bytes, a, knobs, allowed);
     if (c.seconds >= 0 && (best.seconds < 0 || c.seconds < best.seconds)) best = c;
   }
   // Nothing allowed applies (hierarchical alone on one host): the ring always does.
-  return best.seconds >= 0 ? best : predictAllreduce(m, shape, bytes, AllreduceAlgorithm::kRing, segmentBytes);
+  return best.seconds >= 0 ? best : predictAllreduce(m, shape, bytes, AllreduceAlgorithm::kRing, knobs);
 }
 
 // ---- the chooser ----
 
 AllreduceChooser::AllreduceChooser(const ModelConstants& model, const JobShape& shape, const Rules& rules)
     : model_(model), shape_(shape), rules_(rules) {
-  const bool fits = predictAllreduce(model_, shape_, 0, AllreduceAlgorithm::kHierarchical, rules_.segmentBytes).seconds >= 0;
+  const bool fits = predictAllreduce(model_, shape_, 0, AllreduceAlgorithm::kHierarchical, rules_.knobs).seconds >= 0;
   if (rules_.hierarchical == false || !fits) rules_.allowed.remove(AllreduceAlgorithm::kHierarchical);
   if (rules_.hierarchical == true && !fits) {
     RF_LOG(kInfo) << "hierarchical allreduce asked for, but the job does not fit it (" << shape_.hosts << " hosts, "
@@ -221,6 +271,8 @@ const AllreduceChoice& AllreduceChooser::choose(size_t bytes) {
                  << (c.algorithm == AllreduceAlgorithm::kHierarchical ? std::string(" (") + algorithmName(c.cross) + " among hosts)" : "")
                  << (c.algorithm == AllreduceAlgorithm::kTree || c.cross == AllreduceAlgorithm::kTree
                          ? ", tree segments of " + std::to_string(c.treeSegmentBytes) + " bytes" : "")
+                 << (c.algorithm == AllreduceAlgorithm::kRing || c.cross == AllreduceAlgorithm::kRing
+                         ? ", ring chunks of " + std::to_string(c.ringChunkBytes) + " bytes" : "")
                  << ", predicted " << c.seconds * 1e6 << " us";
   return memo_.emplace(bytes, c).first->second;
 }
@@ -229,14 +281,14 @@ AllreduceChoice AllreduceChooser::compute(size_t bytes) const {
   AlgorithmSet allowed = rules_.allowed;
   if (rules_.directMaxBytes) {
     if (bytes <= *rules_.directMaxBytes && allowed.has(AllreduceAlgorithm::kDirect)) {
-      return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kDirect, rules_.segmentBytes);
+      return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kDirect, rules_.knobs);
     }
     allowed.remove(AllreduceAlgorithm::kDirect);
   }
   if (rules_.hierarchical == true && allowed.has(AllreduceAlgorithm::kHierarchical)) {
-    return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kHierarchical, rules_.segmentBytes, allowed);
+    return predictAllreduce(model_, shape_, bytes, AllreduceAlgorithm::kHierarchical, rules_.knobs, allowed);
   }
-  return chooseAllreduce(model_, shape_, bytes, allowed, rules_.segmentBytes);
+  return chooseAllreduce(model_, shape_, bytes, allowed, rules_.knobs);
 }
 
 JobShape jobShape(int size, const std::vector<int>& hostOf) {

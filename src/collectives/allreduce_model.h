@@ -12,14 +12,20 @@
 // first remote peer, times its reducer, and broadcasts the figures so every rank chooses the
 // same), or read from RINGFOLD_MODEL_FILE (the `text()` format, saved with RINGFOLD_MODEL_SAVE).
 //
-// Predicted seconds for S bytes at n ranks on H hosts of L ranks each; flat algorithms use the
-// remote link when H > 1 (the slowest hop bounds every step), d = ceil(log2 n):
-//   ring   : 2(n-1) alpha + 2 (n-1)/n S beta + (n-1)/n S gamma
-//   direct : alpha + (n-1) S (beta + gamma)
-//   tree   : 2 d (alpha + s beta) + 2 S beta + S gamma + 3 (S/s) overhead, for segments of s
-//            bytes (each rank sends and receives 2S in all; the pipeline fills over 2d hops;
-//            each segment costs its messages' overhead); s is the candidate (a power of two
-//            from 8 KiB to RINGFOLD_SEGMENT_BYTES, or S/2) with the least predicted time
+// Predicted seconds for S bytes at n ranks on H hosts of L ranks each (consecutive ranks on a
+// host); d = ceil(log2 n); alpha, beta, overhead are the remote link's when H > 1, except where
+// a hop stays on a host (local alpha):
+//   ring   : R 2(n-1) a + 2 (n-1)/n S beta + (n-1)/n S gamma, a = H/n alpha_r + (1-H/n) alpha_l
+//            (H of the ring's n edges cross hosts), in R rounds of n chunks of c bytes: c is
+//            RINGFOLD_RING_CHUNK_BYTES, raised (in powers of two, up to 64 MiB) until a round's
+//            start-up is at most 10% of its transfer (alpha <= 0.1 c beta): rounds keep a
+//            chunk in cache on fast links, on slow ones they cost latency
+//   direct : alpha + (n-1) overhead + max(L (n-L) S beta_r, (L-1) S beta_l) + (n-1) S gamma
+//            (one hop; a host's link carries its L ranks' copies)
+//   tree   : 2 d (a + s beta) + 2 S beta (L+1)/2 + S gamma + 3 (S/s) overhead, a the alpha of
+//            a hop with the ceil(log2 L) lowest levels on one host, s the segment (a power of two
+//            from 8 KiB to RINGFOLD_SEGMENT_BYTES, or S/2) with the least predicted time; each
+//            rank sends and receives 2S in all, and a host's link carries about (L+1)/2 ranks'
 //   hierarchical (H > 1, L > 1, every host L ranks): a local ring reduce-scatter and allgather,
 //            2 (L-1) (alpha_l + S/L beta_l) + (L-1)/L S gamma, plus the best allowed flat
 //            algorithm among the H hosts on S/L bytes, whose link is shared by the L concurrent
@@ -81,10 +87,17 @@ class AlgorithmSet {
   uint32_t bits_ = 0;
 };
 
+// The settings the model starts from (the communicator's).
+struct Knobs {
+  size_t segmentBytes = 512 << 10;    // RINGFOLD_SEGMENT_BYTES: the largest tree segment
+  size_t ringChunkBytes = 256 << 10;  // RINGFOLD_RING_CHUNK_BYTES: the smallest ring chunk (0: one round)
+};
+
 struct AllreduceChoice {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
   AllreduceAlgorithm cross = AllreduceAlgorithm::kRing;  // hierarchical: among hosts
   size_t treeSegmentBytes = 512 << 10;                   // tree (and a tree among hosts)
+  size_t ringChunkBytes = 256 << 10;                     // ring (and a ring among hosts)
   double seconds = 0;                                    // predicted
 };
 
@@ -92,12 +105,12 @@ struct AllreduceChoice {
 // flat ones in `allowed`, or from all of them when it holds none), or a negative number when it
 // does not apply to the shape (hierarchical on one host, one rank per host, or uneven hosts).
 AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AllreduceAlgorithm a,
-                                 size_t segmentBytes, AlgorithmSet allowed = AlgorithmSet::all());
+                                 const Knobs& knobs, AlgorithmSet allowed = AlgorithmSet::all());
 
 // The allowed algorithm with the least predicted time (ties: ring, direct, tree, hierarchical);
 // the ring when none of them applies to the shape.
 AllreduceChoice chooseAllreduce(const ModelConstants& m, const JobShape& shape, size_t bytes, AlgorithmSet allowed,
-                                size_t segmentBytes);
+                                const Knobs& knobs);
 
 // The choices of one communicator, computed once per message size (and logged at debug level
 // then). Forced choices come first: RINGFOLD_DIRECT_MAX_BYTES sends messages up to it direct
@@ -109,7 +122,7 @@ class AllreduceChooser {
     AlgorithmSet allowed = AlgorithmSet::all();
     std::optional<uint64_t> directMaxBytes;
     std::optional<bool> hierarchical;
-    size_t segmentBytes = 512 << 10;
+    Knobs knobs;
   };
   AllreduceChooser(const ModelConstants& model, const JobShape& shape, const Rules& rules);
   const AllreduceChoice& choose(size_t bytes);

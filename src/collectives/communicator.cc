@@ -194,7 +194,7 @@ coll::AllreduceChooser& Communicator::allreduceChooser() {
     rules.allowed = coll::AlgorithmSet::parse(tuning_.allreduceAlgorithm);
     rules.directMaxBytes = tuning_.directMaxBytes;
     rules.hierarchical = tuning_.hierarchical;
-    rules.segmentBytes = segmentBytes_;
+    rules.knobs = {segmentBytes_, tuning_.ringChunkBytes};
     chooser_ = std::make_unique<coll::AllreduceChooser>(*model_, coll::jobShape(size_, hostOf_), rules);
   }
   return *chooser_;

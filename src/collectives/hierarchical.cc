@@ -28,7 +28,7 @@ void hierarchicalAllreduce(Communicator& comm, const AllreduceChoice& choice, co
   options.inPlace = call.src == call.dst;
   options.segmentBytes = comm.segmentBytes();
   options.treeSegmentBytes = choice.treeSegmentBytes;
-  options.ringChunkBytes = comm.tuning().ringChunkBytes;
+  options.ringChunkBytes = choice.ringChunkBytes;
   options.cross = choice.cross;
   const PlanShape shape{comm.rank(), comm.size(), local.rank(), local.size(), cross.rank(), cross.size()};
   std::vector<Phase> phases = planAllreduce(AllreduceAlgorithm::kHierarchical, shape, options);

@@ -81,6 +81,10 @@ void checkAllreduce(int n, DataType t, const std::vector<ReduceCase>& cases,
         const coll::AllreduceChoice used = resolveAllreduce(comm, algo, bytes);
         const bool hier = used.algorithm == AllreduceAlgorithm::kHierarchical && n > 1;
         if (hier && !hosts) log.note("allreduce chose hierarchical without hosts");
+        if (used.ringChunkBytes != group.ringChunkBytes) {
+          log.note("the model chose ring chunks of ", used.ringChunkBytes, " bytes, the reference assumes ",
+                   group.ringChunkBytes);
+        }
         const Bytes& want = hier ? prep[i].hier[static_cast<int>(refOf(used.cross))]
                                  : prep[i].flat[static_cast<int>(refOf(used.algorithm))];
         for (bool inPlace : {false, true}) {

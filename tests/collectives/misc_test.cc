@@ -243,7 +243,7 @@ TEST(Communicator, FromEnvironmentSingleProcess) {
 
 TEST(Communicator, SettingsAndTheirErrors) {
   {
-    ScopedEnv algo("RINGFOLD_ALGO", "tree");
+    ScopedEnv algo("RINGFOLD_ALGO", "ring,nvls");  // not one of ringfold's algorithms
     rendezvous::HashStore store;
     EXPECT_THROW(Communicator::connect(store, 0, 1, transport::createDevice("loopback")), InvalidArgument);
   }

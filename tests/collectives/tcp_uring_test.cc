@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -63,7 +64,8 @@ TEST_P(TcpThreads, ReducingSubset) {
     const ReduceOp op = static_cast<ReduceOp>(d % kNumReduceOps);
     std::vector<ReduceCase> cases = {{op, kCounts[d % 5]}, {op, kCounts[(d + 2) % 5]}};
     if (d == 0) cases.push_back({ReduceOp::kAvg, 4097, 0.5, 3.0});
-    checkAllreduce(n, types[d], cases, {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}, tcpGroup(), log);
+    checkAllreduce(n, types[d], cases, {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree},
+                   tcpGroup(), log);
     std::vector<ReduceCase> rs = {{op, kBlockCounts[d % 5]}, {op, kBlockCounts[(d + 2) % 5]}};
     checkReduceScatter(n, types[d], rs, tcpGroup(), log);
   }
@@ -130,11 +132,13 @@ int forkedRank(bool every) {
   for (auto t : types) {
     for (auto op : ops) {
       for (size_t count : counts) {
-        for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect}) {
+        for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree}) {
           std::vector<testref::Bytes> inputs;
           for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 77));
-          auto want = testref::referenceAllreduce(*red, inputs, count, t, op, 1.0, 1.0,
-                                                  algo == AllreduceAlgorithm::kRing, tuning.ringChunkBytes);
+          const testref::RefAlgo ref = algo == AllreduceAlgorithm::kRing     ? testref::RefAlgo::kRing
+                                       : algo == AllreduceAlgorithm::kDirect ? testref::RefAlgo::kDirect
+                                                                             : testref::RefAlgo::kTree;
+          auto want = testref::referenceAllreduce(*red, inputs, count, t, op, 1.0, 1.0, ref, tuning.ringChunkBytes);
           testref::Bytes got(want.size());
           AllreduceOptions o;
           o.sendbuf = inputs[r].data();
@@ -157,11 +161,63 @@ int forkedRank(bool every) {
   return wrong;
 }
 
-// Forks `kRanks` ranks started like a real job, with `env` set in each, running forkedRank.
-void runForkedJob(bool every, const std::vector<std::pair<const char*, const char*>>& env) {
+// A rank of a job on pretend hosts of 2 ranks each (RINGFOLD_TEST_HOST_ID: shm inside a host,
+// tcp_uring across): hierarchical allreduce with each algorithm among hosts, three dtypes, two
+// ops, counts below and above a segment, against the restated reference.
+int hierarchicalRank() {
+  auto comm = Communicator::fromEnvironment();
+  comm->setSegmentBytes(4096);
+  comm->setTimeout(20s);
+  CollectiveTuning tuning = comm->tuning();
+  tuning.ringChunkBytes = 8192;
+  const int n = comm->size(), r = comm->rank();
+  auto red = makeCpuReducer();
+  int wrong = 0;
+  for (const char* among : {"hierarchical,ring", "hierarchical,direct", "hierarchical,tree"}) {
+    tuning.allreduceAlgorithm = among;
+    comm->setTuning(tuning);
+    for (auto t : {DataType::kFloat32, DataType::kBfloat16, DataType::kInt64}) {
+      for (auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (size_t count : {size_t{7}, size_t{20011}}) {
+          const coll::AllreduceChoice c = resolveAllreduce(*comm, AllreduceAlgorithm::kHierarchical, count * dataTypeSize(t));
+          if (c.algorithm != AllreduceAlgorithm::kHierarchical) {
+            std::fprintf(stderr, "rank %d: hierarchical does not apply here\n", r);
+            return 1;
+          }
+          std::vector<testref::Bytes> inputs;
+          for (int i = 0; i < n; ++i) inputs.push_back(testref::makeInput(t, count, i, 78));
+          const testref::RefAlgo cross = c.cross == AllreduceAlgorithm::kRing     ? testref::RefAlgo::kRing
+                                         : c.cross == AllreduceAlgorithm::kDirect ? testref::RefAlgo::kDirect
+                                                                                  : testref::RefAlgo::kTree;
+          auto want = testref::referenceHierarchical(*red, inputs, count, t, op, 1.0, 1.0, 2, cross, tuning.ringChunkBytes);
+          testref::Bytes got(want.size());
+          AllreduceOptions o;
+          o.sendbuf = inputs[r].data();
+          o.recvbuf = got.data();
+          o.count = count;
+          o.dtype = t;
+          o.op = op;
+          o.algorithm = AllreduceAlgorithm::kHierarchical;
+          allreduce(*comm, o);
+          if (got != want) {
+            std::fprintf(stderr, "rank %d: hierarchical (%s) %s count %zu wrong\n", r, among, dataTypeName(t), count);
+            ++wrong;
+          }
+        }
+      }
+    }
+  }
+  return wrong;
+}
+
+// Forks `ranks` ranks started like a real job, with `env` set in each (and `perRank(r)`'s
+// variables), running `body` (forkedRank(every) by default).
+void runForkedJob(bool every, const std::vector<std::pair<const char*, const char*>>& env, int ranks = 3,
+                  const std::function<int()>& body = {},
+                  const std::function<std::vector<std::pair<std::string, std::string>>(int)>& perRank = {}) {
   std::string why;
   if (test::uringUnavailable(why)) GTEST_SKIP() << "tcp_uring unavailable: " << why;
-  constexpr int kRanks = 3;
+  const int kRanks = ranks;
   const int port = test::freePort();
   std::vector<pid_t> pids;
   for (int r = 0; r < kRanks; ++r) {
@@ -170,9 +226,12 @@ void runForkedJob(bool every, const std::vector<std::pair<const char*, const cha
     if (pid == 0) {
       test::setForkedRankEnvironment(r, kRanks, r, kRanks, port);
       for (auto& [k, v] : env) setenv(k, v, 1);
+      if (perRank) {
+        for (auto& [k, v] : perRank(r)) setenv(k.c_str(), v.c_str(), 1);
+      }
       int code = 3;
       try {
-        code = forkedRank(every) == 0 ? 0 : 1;
+        code = (body ? body() : forkedRank(every)) == 0 ? 0 : 1;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         code = 2;
@@ -206,6 +265,14 @@ TEST(TcpUringProcesses, JobStartedFromTheEnvironment) { runForkedJob(false, {});
 TEST(ShmProcesses, EveryDtypeOpAndCountThroughTheRings) {
   runForkedJob(true, {{"RINGFOLD_TRANSPORT", "shm"}, {"RINGFOLD_SHM_SLOTS", "8"}, {"RINGFOLD_SHM_SLOT_BYTES", "1K"}});
 }
+// A mixed mesh: 2 pretend hosts of 2 ranks (shm inside, tcp_uring across), hierarchical
+// allreduce with ring, direct and tree among the hosts.
+TEST(MixedMeshProcesses, HierarchicalAllreduceOverShmAndTcp) {
+  runForkedJob(false, {{"RINGFOLD_LOCAL_TRANSPORT", "shm"}}, 4, hierarchicalRank, [](int r) {
+    return std::vector<std::pair<std::string, std::string>>{{"RINGFOLD_TEST_HOST_ID", "pretend-host-" + std::to_string(r / 2)}};
+  });
+}
+
 TEST(ShmProcesses, EveryDtypeOpAndCountByCrossMemoryAttach) {
   runForkedJob(true, {{"RINGFOLD_TRANSPORT", "shm"}, {"RINGFOLD_SHM_CMA", "on"}, {"RINGFOLD_SHM_CMA_MIN_BYTES", "2K"}});
 }

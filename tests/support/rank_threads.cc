@@ -4,6 +4,7 @@
 #include <memory>
 #include <thread>
 
+#include "collectives/allreduce_model.h"
 #include "collectives/communicator.h"
 #include "rendezvous/hash_store.h"
 #include "reduce/cpu_reducer.h"
@@ -36,6 +37,10 @@ std::vector<std::exception_ptr> runRanks(int size, const std::function<void(Comm
         tuning.ringChunkBytes = options.ringChunkBytes;
         tuning.allreduceAlgorithm = options.algorithms;
         comms[r]->setTuning(tuning);
+        // Links fast enough that the model keeps the small test chunks (several ring rounds).
+        coll::ModelConstants model;
+        model.local.alpha = model.remote.alpha = 1e-7;
+        comms[r]->setModel(model);
         if (options.ranksPerHost > 0) {
           std::vector<std::string> ids;
           for (int p = 0; p < size; ++p) ids.push_back("host" + std::to_string(p / options.ranksPerHost));
