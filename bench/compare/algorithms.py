@@ -75,6 +75,7 @@ def main():
     p.add_argument("--small-iters", type=int, default=20)
     p.add_argument("--large-iters", type=int, default=3)
     p.add_argument("--large-only", action="store_true", help="only 256 KiB - 64 MiB")
+    p.add_argument("--small-only", action="store_true", help="only 4 B - 64 KiB")
     p.add_argument("--sim", action="store_true", help="add rf_sim's predictions (build/bench/sim/rf_sim)")
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--op-timeout", type=int, default=120)
@@ -86,7 +87,7 @@ def main():
     args.build = os.path.abspath(args.build)
     bench = os.path.join(args.build, "bench")
     algos = args.algos.split(",")
-    sweeps = [("256K", "64M", args.large_iters)]
+    sweeps = [] if args.small_only else [("256K", "64M", args.large_iters)]
     if not args.large_only:
         sweeps.insert(0, ("4", "64K", args.small_iters))
     times = {}  # (algo, size) -> [us]
@@ -127,10 +128,6 @@ def main():
                         predicted[(algo, size)] = t
                 except (subprocess.SubprocessError, OSError, KeyError) as e:
                     failures.append(f"rf_sim {algo}: {e}")
-
-    def cell(algo, size):
-        t = med.get((algo, size))
-        return f"{t:.1f}" if t is not None else "-"
 
     lines = [f"# Allreduce algorithms on the emulated cluster: {args.hosts} hosts x {args.per_host} ranks, "
              f"{args.rate}, one-way delay {args.delay or 'none'}", "", environment_text(args), "",
