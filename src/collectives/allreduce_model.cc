@@ -89,7 +89,7 @@ double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s,
                3.0 * std::ceil(s / seg) * slow.overhead;
       };
       double best = at(std::max(1.0, s / 2)), bestSeg = std::max(1.0, s / 2);
-      for (size_t seg = size_t{8} << 10; seg <= knobs.segmentBytes && seg < s / 2; seg *= 2) {
+      for (size_t seg = size_t{64} << 10; seg <= knobs.segmentBytes && seg < s / 2; seg *= 2) {
         const double t = at(static_cast<double>(seg));
         if (t < best) best = t, bestSeg = static_cast<double>(seg);
       }

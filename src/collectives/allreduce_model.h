@@ -24,7 +24,7 @@
 //            (one hop; a host's link carries its L ranks' copies)
 //   tree   : 2 d (a + s beta) + 2 S beta (L+1)/2 + S gamma + 3 (S/s) overhead, a the alpha of
 //            a hop with the ceil(log2 L) lowest levels on one host, s the segment (a power of two
-//            from 8 KiB to RINGFOLD_SEGMENT_BYTES, or S/2) with the least predicted time; each
+//            from 64 KiB to RINGFOLD_SEGMENT_BYTES, or S/2) with the least predicted time; each
 //            rank sends and receives 2S in all, and a host's link carries about (L+1)/2 ranks'
 //   hierarchical (H > 1, L > 1, every host L ranks): a local ring reduce-scatter and allgather,
 //            2 (L-1) (alpha_l + S/L beta_l) + (L-1)/L S gamma, plus the best allowed flat
