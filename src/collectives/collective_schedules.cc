@@ -194,6 +194,7 @@ TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size
   pacing_.lead = kLead;
   pacing_.sendWindow = kSendWindow;
   pacing_.receivesFirst = true;
+  pacing_.interleaveLanes = true;
   const Range half[2] = {chunk(count, 2, 0), chunk(count, 2, 1)};
   const size_t perTree[2] = {segmentCount(half[0].length, segElems), segmentCount(half[1].length, segElems)};
   slotElems_ = std::max<size_t>(1, std::min(segElems, half[0].length));
@@ -205,14 +206,14 @@ TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size
       std::vector<size_t>& list = interior ? up_ : own_;
       segments_.push_back(Segment{t, segment(half[t], segElems, k), 1 + list.size()});  // after the hello
       list.push_back(g);
-      if (node_[t].parent >= 0) down_.push_back(g);
+      if (node_[t].parent >= 0) down_[t].push_back(g);
     }
   }
 }
 
 Lane TreeAllreduceSchedule::lane(int l) const {
   if (l == 0) return Lane{1 + up_.size(), kUpWindow, 2, slotElems_};
-  return Lane{down_.size(), kDownWindow, 1, 0};
+  return Lane{down_[l - 1].size(), kDownWindow, 1, 0};
 }
 
 OwnSend TreeAllreduceSchedule::ownSend(size_t i) const {
@@ -222,7 +223,7 @@ OwnSend TreeAllreduceSchedule::ownSend(size_t i) const {
 }
 
 int TreeAllreduceSchedule::peer(int l, size_t u, size_t i) const {
-  if (l == 1) return node_[segments_[down_[u]].tree].parent;
+  if (l > 0) return node_[l - 1].parent;
   if (u == 0) return mod(rank_ - 1, n_);
   return node_[segments_[up_[u - 1]].tree].child[i];
 }
@@ -235,7 +236,7 @@ Unit TreeAllreduceSchedule::unit(int l, size_t u) const {
     un.receives = 1;
     return un;
   }
-  const Segment& s = segments_[l == 0 ? up_[u - 1] : down_[u]];
+  const Segment& s = segments_[l == 0 ? up_[u - 1] : down_[l - 1][u]];
   const TreeNode& node = node_[s.tree];
   un.range = s.range;
   if (l == 0) {

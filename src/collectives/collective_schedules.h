@@ -134,9 +134,12 @@ class DirectAllreduceSchedule final : public Schedule {
 // parent; a leaf's own segment is an own send to its parent) and then receives the result from
 // the parent into recvbuf and forwards it to its children; the root's fold is `last` (the final
 // scale) and goes straight down. Lanes: 0 = the hello (unit 0) and the reduce-up units of the
-// segments where this rank has children; 1 = the broadcast-down units of the segments where it
-// has a parent, each gated on the send that reads the same place (the forward up, or the leaf's
-// own send when that reads recvbuf). Every rank first sends an empty hello to rank+1 (own send
+// segments where this rank has children; 1 and 2 = the broadcast-down units of tree 0's and
+// tree 1's segments where it has a parent, each gated on the send that reads the same place (the
+// forward up, or the leaf's own send when that reads recvbuf). The broadcast lanes are
+// interleaved (Pacing::interleaveLanes): a segment that came down one tree is forwarded at once,
+// not after the other tree's previous segment (in one lane, a rank's forwards down its interior
+// tree waited on its leaf tree: a third of the ring's bandwidth on 8 emulated hosts). Every rank first sends an empty hello to rank+1 (own send
 // 0) and receives one from rank-1 (lane 0, unit 0), so that a rank running another collective
 // at the same sequence meets a check word at once (schedules.h). Tags: hello 0, tree t's reduce
 // 1 + 2t and broadcast 2 + 2t.
@@ -148,7 +151,7 @@ class TreeAllreduceSchedule final : public Schedule {
   // ownReadsDst: own sends read recvbuf (in place, or preScaled into it).
   TreeAllreduceSchedule(int rank, int n, size_t count, size_t segElems, bool ownReadsDst);
   static constexpr size_t kLead = 8, kUpWindow = 8, kDownWindow = 32, kSendWindow = 16;
-  int lanes() const override { return 2; }
+  int lanes() const override { return 3; }
   Lane lane(int l) const override;
   size_t ownSends() const override { return 1 + own_.size(); }
   OwnSend ownSend(size_t i) const override;
@@ -168,7 +171,7 @@ class TreeAllreduceSchedule final : public Schedule {
   bool retireOwn_;
   TreeNode node_[2];
   std::vector<Segment> segments_;
-  std::vector<size_t> up_, own_, down_;  // segment of each lane-0 unit (after the hello), own send, lane-1 unit
+  std::vector<size_t> up_, own_, down_[2];  // segment of each lane-0 unit (after the hello), own send, down unit per tree
 };
 
 // Chain broadcast root -> root+1 -> ... -> root-1. Every rank first sends an empty hello to

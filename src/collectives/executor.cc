@@ -11,7 +11,7 @@ using sched::Gate;
 using sched::Place;
 using sched::Range;
 
-constexpr int kMaxLanes = 2;
+constexpr int kMaxLanes = 3;
 
 uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
 uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
@@ -24,7 +24,7 @@ class Run {
   Run(Communicator& comm, const sched::Schedule& s, const Operands& o)
       : comm_(comm), s_(s), o_(o), red_(o.reducer), pace_(s.pacing()), lanes_(s.lanes()),
         stageSends_(o.preScale != 1.0 || o.copyOwn), pre_(o.preScale != 1.0) {
-    RF_ENFORCE(lanes_ >= 1 && lanes_ <= kMaxLanes, "a schedule has 1 or 2 lanes, not ", lanes_);
+    RF_ENFORCE(lanes_ >= 1 && lanes_ <= kMaxLanes, "a schedule has 1 to 3 lanes, not ", lanes_);
     size_t requests = 0, slotBytes = 0;
     for (int l = 0; l < lanes_; ++l) {
       lane_[l] = s.lane(l);
@@ -47,15 +47,11 @@ class Run {
       topUp(false);
       postReceives(false);
     }
-    for (int l = 0; l < lanes_; ++l) {
-      for (size_t u = 0; u < lane_[l].units; ++u) {
-        if (posted_[l] == processed_[l]) postReceives(true);  // only a gate's send is left to wait for
-        RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
-        process(l, u);
-        ++processed_[l];
-        ++processedAll_;
-        topUp(false);
-        postReceives(false);
+    if (pace_.interleaveLanes) {
+      interleaved();
+    } else {
+      for (int l = 0; l < lanes_; ++l) {
+        while (processed_[l] < lane_[l].units) step(l);
       }
     }
     topUp(true);  // own sends past the last fold (a block with more segments than this rank receives)
@@ -63,6 +59,52 @@ class Run {
   }
 
  private:
+  // Lane 0 in order; a unit of a later lane as soon as its receives are in, between lane-0
+  // units; once lane 0 is done, the later lane that is furthest behind waits for its next.
+  void interleaved() {
+    for (;;) {
+      bool any = false;
+      for (int l = 1; l < lanes_; ++l) {
+        while (processed_[l] < lane_[l].units && posted_[l] > processed_[l] && ready(l, processed_[l])) {
+          step(l);
+          any = true;
+        }
+      }
+      if (processed_[0] < lane_[0].units) {
+        step(0);
+        continue;
+      }
+      int behind = -1;
+      for (int l = 1; l < lanes_; ++l) {
+        if (processed_[l] < lane_[l].units && (behind < 0 || processed_[l] < processed_[behind])) behind = l;
+      }
+      if (behind < 0) return;
+      if (!any) step(behind);
+    }
+  }
+
+  // One unit of lane l: its receives posted (waiting for a gate's send if that is all that is
+  // left), processed, then the next own sends and receives.
+  void step(int l) {
+    if (posted_[l] == processed_[l]) postReceives(true);  // only a gate's send is left to wait for
+    RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
+    process(l, processed_[l]);
+    ++processed_[l];
+    ++processedAll_;
+    topUp(false);
+    postReceives(false);
+  }
+
+  // True when every receive of posted unit u of lane l has completed (without blocking).
+  bool ready(int l, size_t u) {
+    const sched::Unit un = s_.unit(l, u);
+    const size_t first = slotIndex(l, u);
+    for (size_t i = 0, n = receives(l, un); i < n; ++i) {
+      if (!flight_->recvDone(requestBase_[l] + first + i)) return false;
+    }
+    return true;
+  }
+
   size_t es() const { return o_.elemSize; }
   size_t receives(int l, const sched::Unit& un) const {
     if (un.receives == sched::kLaneGroup) return lane_[l].group;

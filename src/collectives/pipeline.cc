@@ -37,6 +37,12 @@ void Flight::waitRecv(size_t slot) {
   request.reset();
 }
 
+bool Flight::recvDone(size_t slot) {
+  auto& request = requests_[slot];
+  RF_ENFORCE(request != nullptr, "receive slot ", slot, " holds no request");
+  return request->test();
+}
+
 void Flight::postSend(int peer, const transport::MemoryRegion& region, size_t offset, size_t length,
                       uint64_t tag, uint64_t check, uint64_t key) {
   if (tail_ - head_ == sendWindow_) popOldestSend(true);

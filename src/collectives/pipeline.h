@@ -50,6 +50,9 @@ class Flight {
   void postRecv(size_t slot, int peer, transport::MemoryRegion& region, size_t offset, size_t length,
                 uint64_t tag, uint64_t check);
   void waitRecv(size_t slot);
+  // True once the receive in `slot` has completed (drives progress without blocking; throws its
+  // error); the slot stays posted until waitRecv.
+  bool recvDone(size_t slot);
 
   // `key` (nonzero) names the send for waitSend().
   void postSend(int peer, const transport::MemoryRegion& region, size_t offset, size_t length, uint64_t tag,

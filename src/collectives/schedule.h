@@ -80,11 +80,16 @@ struct Pacing {
   size_t lead = 1;             // own sends posted ahead of the folds (kNoSend: all at once)
   size_t sendWindow = 16;      // sends in flight before the oldest is waited for
   bool receivesFirst = false;  // post the first receives before the first own sends
+  // Process a unit of lane 1 or 2 as soon as its receives are in, between lane-0 units and
+  // across those lanes, rather than lane after lane. Only for schedules whose lane-0 units never
+  // wait on a later lane and whose later lanes never wait on each other (the tree: a reduce up
+  // never needs a broadcast down, and each tree's broadcast is its own lane).
+  bool interleaveLanes = false;
 };
 
 // Contract: a schedule describes one rank's part of one call (or one round of it) and is
 // immutable once built; every method is pure and cheap (the executor calls unit() when it posts
-// a unit's receives and again when it folds it). 1 or 2 lanes; a gate of kForward names a unit
+// a unit's receives and again when it folds it). 1 to 3 lanes; a gate of kForward names a unit
 // of lane 0; a unit with forwardAlso also has forwardTo. Every rank's sends must pair, in order per (peer, tag), with its peers' receives,
 // with equal ranges (tests/collectives/schedules_test.cc checks this for every schedule).
 class Schedule {

@@ -276,14 +276,19 @@ TEST(Schedules, TreeAllreduceMessagesPairUp) {
             EXPECT_EQ(un.ownAt, 0);
             if (un.last && un.range.length > 0) ++lastFolds[{un.range.offset, un.range.length}];
           }
-          for (size_t u = 0; u < s.lane(1).units; ++u) {
-            const sched::Unit un = s.unit(1, u);
-            EXPECT_NE(un.gate.kind, sched::Gate::kNone);
-            EXPECT_TRUE(un.gate.retire);
-            if (un.gate.kind == sched::Gate::kForward) {
-              EXPECT_EQ(s.unit(0, un.gate.index).range.offset, un.range.offset);
-            } else {
-              EXPECT_EQ(s.ownSend(un.gate.index).range.offset, un.range.offset);
+          ASSERT_EQ(s.lanes(), 3);
+          EXPECT_TRUE(s.pacing().interleaveLanes);
+          for (int l = 1; l < 3; ++l) {
+            for (size_t u = 0; u < s.lane(l).units; ++u) {
+              const sched::Unit un = s.unit(l, u);
+              EXPECT_EQ(s.peer(l, u, 0), sched::treeNode(r, n, l - 1).parent);
+              EXPECT_NE(un.gate.kind, sched::Gate::kNone);
+              EXPECT_TRUE(un.gate.retire);
+              if (un.gate.kind == sched::Gate::kForward) {
+                EXPECT_EQ(s.unit(0, un.gate.index).range.offset, un.range.offset);
+              } else {
+                EXPECT_EQ(s.ownSend(un.gate.index).range.offset, un.range.offset);
+              }
             }
           }
         }

@@ -138,7 +138,9 @@ int forkedRank(bool every) {
           const testref::RefAlgo ref = algo == AllreduceAlgorithm::kRing     ? testref::RefAlgo::kRing
                                        : algo == AllreduceAlgorithm::kDirect ? testref::RefAlgo::kDirect
                                                                              : testref::RefAlgo::kTree;
-          auto want = testref::referenceAllreduce(*red, inputs, count, t, op, 1.0, 1.0, ref, tuning.ringChunkBytes);
+          // The ring's rounds as the model chose them from the measured constants.
+          const size_t chunk = resolveAllreduce(*comm, algo, count * dataTypeSize(t)).ringChunkBytes;
+          auto want = testref::referenceAllreduce(*red, inputs, count, t, op, 1.0, 1.0, ref, chunk);
           testref::Bytes got(want.size());
           AllreduceOptions o;
           o.sendbuf = inputs[r].data();
@@ -189,7 +191,7 @@ int hierarchicalRank() {
           const testref::RefAlgo cross = c.cross == AllreduceAlgorithm::kRing     ? testref::RefAlgo::kRing
                                          : c.cross == AllreduceAlgorithm::kDirect ? testref::RefAlgo::kDirect
                                                                                   : testref::RefAlgo::kTree;
-          auto want = testref::referenceHierarchical(*red, inputs, count, t, op, 1.0, 1.0, 2, cross, tuning.ringChunkBytes);
+          auto want = testref::referenceHierarchical(*red, inputs, count, t, op, 1.0, 1.0, 2, cross, c.ringChunkBytes);
           testref::Bytes got(want.size());
           AllreduceOptions o;
           o.sendbuf = inputs[r].data();
