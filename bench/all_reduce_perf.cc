@@ -52,6 +52,9 @@ class AllReduceBench final : public BenchCollective {
       if (c.algorithm == AllreduceAlgorithm::kTree || (c.algorithm == AllreduceAlgorithm::kHierarchical && c.cross == AllreduceAlgorithm::kTree)) {
         what += " seg " + formatBytes(c.treeSegmentBytes);
       }
+      if (c.algorithm == AllreduceAlgorithm::kRing || (c.algorithm == AllreduceAlgorithm::kHierarchical && c.cross == AllreduceAlgorithm::kRing)) {
+        what += " chunk " + formatBytes(c.ringChunkBytes);
+      }
       if (what != last) {
         flush();
         last = what;

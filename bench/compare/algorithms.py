@@ -50,17 +50,44 @@ def job(cluster, args, bench, algo, lo, hi, iters):
     return run_many(cmds, args.timeout)
 
 
-def sim_predict(args, algo, model, sizes):
-    """rf_sim's predicted time (us) per size for one algorithm, from the measured constants."""
+def parse_bytes(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def parse_choices(line):
+    """'4-16K direct; 64K-16M ring chunk 1M;' -> [(lo, hi, algo, segment, chunk)]."""
+    out = []
+    for part in filter(None, (p.strip() for p in line.split(";"))):
+        words = part.split()
+        lo, _, hi = words[0].partition("-")
+        seg = words[words.index("seg") + 1] if "seg" in words else None
+        chunk = words[words.index("chunk") + 1] if "chunk" in words else None
+        out.append((parse_bytes(lo), parse_bytes(hi or lo), words[1], seg, chunk))
+    return out
+
+
+def sim_predict(args, algo, model, choices, size):
+    """rf_sim's predicted time (us) of `algo` at `size`, from the measured constants, with the
+    tree segment and ring chunk that run used (its header's choices), or None."""
     n = args.hosts * args.per_host
     consts = dict(kv.split("=") for kv in model.split())
-    cmd = [os.path.join(args.build, "bench", "sim", "rf_sim"), "--ranks", str(n), "--per-host", str(args.per_host),
-           "--algo", algo, "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4"]
-    for key in ("local_alpha", "local_beta", "local_overhead", "remote_alpha", "remote_beta", "remote_overhead",
-                "gamma"):
-        cmd += ["--" + key.replace("_", "-"), consts[key]]
+    seg, chunk = None, None
+    for lo, hi, _, s, c in choices:
+        if lo <= size <= hi:
+            seg, chunk = s, c
+    cmd = [os.path.join(args.build, "bench", "rf_sim"), "--ranks", str(n), "--per-host", str(args.per_host),
+           "--algo", algo, "-b", str(size), "-e", str(size),
+           "--alpha-local", consts["local_alpha"], "--beta-local", consts["local_beta"],
+           "--alpha-remote", consts["remote_alpha"], "--beta-remote", consts["remote_beta"],
+           "--overhead", consts["remote_overhead" if args.hosts > 1 else "local_overhead"], "--gamma", consts["gamma"]]
+    if seg:
+        cmd += ["--tree-segment-bytes", seg]
+    if chunk:
+        cmd += ["--ring-chunk-bytes", chunk]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
-    return {row["size"]: row["oop_time"] for row in parse_rows(out) if row["size"] in sizes}
+    rows = [row for row in parse_rows(out) if row["size"] == size]
+    return rows[0]["oop_time"] if rows else None
 
 
 def main():
@@ -92,6 +119,8 @@ def main():
         sweeps.insert(0, ("4", "64K", args.small_iters))
     times = {}  # (algo, size) -> [us]
     models, choices, failures = [], [], []
+    picked = {}  # algo -> [(lo, hi, algo, segment, chunk)] from its first launch of each sweep
+    model_of = {}  # algo -> the constants its first launch measured
     started = time.monotonic()
     with NetnsCluster(args.hosts, args.rate, args.delay, args.prefix) as cluster:
         for rep in range(args.repeats):
@@ -107,9 +136,13 @@ def main():
                         m = MODEL_LINE.search(line)
                         if m and algo == "auto":
                             models.append(m.group(1))
+                        if m and algo not in model_of:
+                            model_of[algo] = m.group(1)
                         c = CHOICE_LINE.search(line)
                         if c and algo == "auto":
                             choices.append(f"{lo}-{hi}: {c.group(1)}")
+                        if c and rep == 0:
+                            picked.setdefault(algo, []).extend(parse_choices(c.group(1)))
                     for row in parse_rows(out):
                         if row["oop_wrong"] != "0":
                             failures.append(f"{algo} {human(row['size'])}: #wrong {row['oop_wrong']}")
@@ -120,14 +153,17 @@ def main():
     sizes = sorted({s for _, s in times})
     med = {k: median(v) for k, v in times.items()}
     predicted = {}
-    if args.sim and models:
+    if args.sim:
         for algo in algos:
-            if algo != "auto":
+            if algo == "auto" or algo not in model_of:
+                continue
+            for size in sizes:
                 try:
-                    for size, t in sim_predict(args, algo, models[0], sizes).items():
+                    t = sim_predict(args, algo, model_of[algo], picked.get(algo, []), size)
+                    if t:
                         predicted[(algo, size)] = t
-                except (subprocess.SubprocessError, OSError, KeyError) as e:
-                    failures.append(f"rf_sim {algo}: {e}")
+                except (subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
+                    failures.append(f"rf_sim {algo} {size}: {e}")
 
     lines = [f"# Allreduce algorithms on the emulated cluster: {args.hosts} hosts x {args.per_host} ranks, "
              f"{args.rate}, one-way delay {args.delay or 'none'}", "", environment_text(args), "",
@@ -161,8 +197,9 @@ def main():
             row.append(f"{a / best:.2f}" if a and best else "-")
         lines.append("| " + " | ".join(row) + " |")
     if predicted:
-        lines += ["", "Simulator (`rf_sim`, same schedules, the constants above) against the measurement: "
-                      "predicted us and error (predicted / measured - 1).", "",
+        lines += ["", "Simulator (`rf_sim`, the same schedules, the constants above, each size with the tree "
+                      "segment and ring chunk that algorithm's run chose) against the measurement: predicted us "
+                      "and error (predicted / measured - 1).", "",
                   "| size | " + " | ".join(f"{a} predicted | {a} error" for a in algos if a != "auto") + " |",
                   "|---" * (1 + 2 * len(best_of)) + "|"]
         for size in sizes:

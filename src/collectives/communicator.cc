@@ -109,10 +109,9 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
                   : connect(*job->store, info.rank, info.size, transport::createDevice(transportName, config), prefix);
   comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);
   comm->keepAlive(std::move(job));
-  // The model's constants, unless RINGFOLD_ALGO leaves nothing to choose.
-  if (comm->size() > 1 && !coll::AlgorithmSet::parse(comm->tuning().allreduceAlgorithm).single()) {
-    comm->setModel(coll::calibrate(*comm));
-  }
+  // The model's constants (even with one algorithm forced, the model sizes its tree segments
+  // and ring chunks).
+  if (comm->size() > 1) comm->setModel(coll::calibrate(*comm));
   return comm;
 }
 
