@@ -86,8 +86,14 @@ def sim_predict(args, algo, model, choices, size):
     if chunk:
         cmd += ["--ring-chunk-bytes", chunk]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
-    rows = [row for row in parse_rows(out) if row["size"] == size]
-    return rows[0]["oop_time"] if rows else None
+    for line in out.splitlines():  # rf_sim prints the out-of-place columns only
+        f = line.split()
+        if len(f) >= 9 and not line.startswith("#") and f[0] == str(size) and f[2] != "ring":
+            try:
+                return float(f[5])
+            except ValueError:
+                return None
+    return None
 
 
 def main():
