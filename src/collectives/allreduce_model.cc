@@ -67,7 +67,9 @@ double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s,
   const LinkCost& slow = k.slowest();
   switch (a) {
     case AllreduceAlgorithm::kRing: {
-      c.ringChunkBytes = ringChunk(slow, knobs.ringChunkBytes);
+      // On one host the configured chunk stands (its rounds keep a chunk in cache, as measured);
+      // across hosts it grows until a round's start-up is small against its transfer.
+      c.ringChunkBytes = k.spans() ? ringChunk(slow, knobs.ringChunkBytes) : knobs.ringChunkBytes;
       const double perRound = static_cast<double>(n) * static_cast<double>(c.ringChunkBytes);
       const double rounds = c.ringChunkBytes == 0 ? 1.0 : std::max(1.0, std::ceil(s / perRound));
       const double hop = k.alpha(static_cast<double>(k.hosts) / n);

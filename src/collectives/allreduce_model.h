@@ -17,9 +17,9 @@
 // a hop stays on a host (local alpha):
 //   ring   : R 2(n-1) a + 2 (n-1)/n S beta + (n-1)/n S gamma, a = H/n alpha_r + (1-H/n) alpha_l
 //            (H of the ring's n edges cross hosts), in R rounds of n chunks of c bytes: c is
-//            RINGFOLD_RING_CHUNK_BYTES, raised (in powers of two, up to 64 MiB) until a round's
-//            start-up is at most 10% of its transfer (alpha <= 0.1 c beta): rounds keep a
-//            chunk in cache on fast links, on slow ones they cost latency
+//            RINGFOLD_RING_CHUNK_BYTES, and across hosts it is raised (in powers of two, up to
+//            64 MiB) until a round's start-up is at most 10% of its transfer (alpha <= 0.1 c
+//            beta): rounds keep a chunk in cache on one host, on slow links they cost latency
 //   direct : alpha + (n-1) overhead + max(L (n-L) S beta_r, (L-1) S beta_l) + (n-1) S gamma
 //            (one hop; a host's link carries its L ranks' copies)
 //   tree   : 2 d (a + s beta) + 2 S beta (L+1)/2 + S gamma + 3 (S/s) overhead, a the alpha of

@@ -425,7 +425,8 @@ void DeviceState::abandon(RequestState& r) noexcept {
 void DeviceState::abort(ErrorKind kind, const std::string& message) {
   if (monitor_->aborted(*this) || closed_) return;
   RF_LOG(kDebug) << "rdma: rank " << rank_ << " aborting: " << message;
-  if (poisoned()) {
+  const bool settledBefore = poisoned();
+  if (settledBefore) {
     // A rank this device failed on (a timeout's culprit, a failed link) may be dead: its fabric
     // never completes a write to it, so the abort is not waited for there (it still goes).
     std::string text;
@@ -438,8 +439,12 @@ void DeviceState::abort(ErrorKind kind, const std::string& message) {
                &DeviceState::abortsSent);
   }
   poison(error);
-  settled_ = false;
-  settle();
+  // Settled above when already poisoned: a second drain would wait again for the writes to the
+  // dead peer that never complete (2 s more before every rank hears of the failure).
+  if (!settledBefore) {
+    settled_ = false;
+    settle();
+  }
 }
 
 void DeviceState::onPeerAbort(int peer, ErrorKind kind, const std::string& message) noexcept {
