@@ -161,11 +161,17 @@ AlgorithmSet AlgorithmSet::all() {
   return s;
 }
 
+AlgorithmSet AlgorithmSet::automatic() {
+  AlgorithmSet s = all();
+  s.remove(AllreduceAlgorithm::kHierarchical);
+  return s;
+}
+
 AlgorithmSet AlgorithmSet::parse(const std::string& spec) {
   std::string s = lower(spec);
   s.erase(std::remove_if(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }), s.end());
   if (s.rfind("allreduce:", 0) == 0) s = s.substr(10);
-  if (s.empty() || s == "auto") return all();
+  if (s.empty() || s == "auto") return automatic();
   const bool exclude = s[0] == '^';
   if (exclude) s = s.substr(1);
   AlgorithmSet named;
@@ -181,7 +187,7 @@ AlgorithmSet AlgorithmSet::parse(const std::string& spec) {
                "'; use auto, or a list of ring, direct, tree, hierarchical (\"^\" first to exclude them)");
     }
   }
-  AlgorithmSet out = exclude ? all() : named;
+  AlgorithmSet out = exclude ? automatic() : named;
   if (exclude) out.bits_ &= ~named.bits_;
   if (out.bits_ == 0) RF_THROW(InvalidArgument, params::kAlgo.name, "='", spec, "' leaves no algorithm");
   return out;
@@ -256,6 +262,7 @@ AllreduceChoice chooseAllreduce(const ModelConstants& m, const JobShape& shape, 
 
 AllreduceChooser::AllreduceChooser(const ModelConstants& model, const JobShape& shape, const Rules& rules)
     : model_(model), shape_(shape), rules_(rules) {
+  if (rules_.hierarchical == true) rules_.allowed.add(AllreduceAlgorithm::kHierarchical);
   const bool fits = predictAllreduce(model_, shape_, 0, AllreduceAlgorithm::kHierarchical, rules_.knobs).seconds >= 0;
   if (rules_.hierarchical == false || !fits) rules_.allowed.remove(AllreduceAlgorithm::kHierarchical);
   if (rules_.hierarchical == true && !fits) {

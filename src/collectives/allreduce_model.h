@@ -71,13 +71,19 @@ struct JobShape {
   bool homogeneous = true;    // every host runs localSize ranks
 };
 
-// Algorithms RINGFOLD_ALGO allows: "auto" (all), a comma-separated list ("ring,tree"), or a
-// list to exclude after "^" ("^tree"); case-insensitive, as NCCL_ALGO. A leading "allreduce:"
-// is accepted. Throws InvalidArgument naming the variable and the unknown name.
+// Algorithms RINGFOLD_ALGO allows: "auto" (ring, direct and tree), a comma-separated list
+// ("ring,tree", "hierarchical,tree"), or a list to exclude from auto's after "^" ("^tree");
+// case-insensitive, as NCCL_ALGO. A leading "allreduce:" is accepted. Hierarchical is chosen only
+// when named here or asked for by RINGFOLD_HIERARCHICAL_ALLREDUCE=1: its sub-communicators do not
+// share the job's liveness yet, so an abort on the job's devices reaches a rank waiting in a
+// hierarchical phase only at its timeout. Throws InvalidArgument naming the variable and the
+// unknown name.
 class AlgorithmSet {
  public:
-  static AlgorithmSet all();
+  static AlgorithmSet all();       // every algorithm
+  static AlgorithmSet automatic();  // auto's: ring, direct, tree
   static AlgorithmSet parse(const std::string& spec);
+  void add(AllreduceAlgorithm a) { bits_ |= 1u << static_cast<int>(a); }
   bool has(AllreduceAlgorithm a) const { return (bits_ >> static_cast<int>(a)) & 1u; }
   void remove(AllreduceAlgorithm a) { bits_ &= ~(1u << static_cast<int>(a)); }
   bool single() const { return bits_ != 0 && (bits_ & (bits_ - 1)) == 0; }
@@ -119,7 +125,7 @@ AllreduceChoice chooseAllreduce(const ModelConstants& m, const JobShape& shape, 
 class AllreduceChooser {
  public:
   struct Rules {
-    AlgorithmSet allowed = AlgorithmSet::all();
+    AlgorithmSet allowed = AlgorithmSet::automatic();
     std::optional<uint64_t> directMaxBytes;
     std::optional<bool> hierarchical;
     Knobs knobs;

@@ -19,13 +19,14 @@ using coll::AlgorithmSet;
 using A = AllreduceAlgorithm;
 
 TEST(AllreduceModel, AlgorithmSetSyntaxIsNcclAlgos) {
-  EXPECT_EQ(AlgorithmSet::parse("auto").text(), "ring,direct,tree,hierarchical");
-  EXPECT_EQ(AlgorithmSet::parse("").text(), "ring,direct,tree,hierarchical");
+  EXPECT_EQ(AlgorithmSet::parse("auto").text(), "ring,direct,tree");  // hierarchical only when asked
+  EXPECT_EQ(AlgorithmSet::parse("").text(), "ring,direct,tree");
+  EXPECT_EQ(AlgorithmSet::parse("hierarchical,tree").text(), "tree,hierarchical");
   EXPECT_EQ(AlgorithmSet::parse("ring").text(), "ring");
   EXPECT_TRUE(AlgorithmSet::parse("ring").single());
   EXPECT_EQ(AlgorithmSet::parse("Tree, RING").text(), "ring,tree");
-  EXPECT_EQ(AlgorithmSet::parse("^tree").text(), "ring,direct,hierarchical");
-  EXPECT_EQ(AlgorithmSet::parse("^Ring,Direct").text(), "tree,hierarchical");
+  EXPECT_EQ(AlgorithmSet::parse("^tree").text(), "ring,direct");
+  EXPECT_EQ(AlgorithmSet::parse("^Ring,Direct").text(), "tree");
   EXPECT_EQ(AlgorithmSet::parse("allreduce:tree").text(), "tree");
   try {
     AlgorithmSet::parse("ring,nvls");
@@ -34,7 +35,7 @@ TEST(AllreduceModel, AlgorithmSetSyntaxIsNcclAlgos) {
     EXPECT_NE(std::string(e.what()).find("RINGFOLD_ALGO"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'nvls'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(AlgorithmSet::parse("^ring,direct,tree,hierarchical"), InvalidArgument);
+  EXPECT_THROW(AlgorithmSet::parse("^ring,direct,tree"), InvalidArgument);
 }
 
 TEST(AllreduceModel, ConstantsFileRoundTripsAndNamesBadKeys) {
