@@ -5,6 +5,7 @@
 #include <deque>
 #include <vector>
 
+#include "collectives/executor.h"
 #include "collectives/schedule.h"
 #include "common/error.h"
 
@@ -18,10 +19,9 @@ using sched::Place;
 constexpr int kMaxLanes = 3;
 constexpr size_t kLookahead = 16;
 
-// Send keys as executor.cc makes them (Flight finds a send by its key).
-uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
-uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
-uint64_t forwardAlsoKey(int lane, size_t u) { return forwardKey(lane, u) | (uint64_t{1} << 47); }
+using coll::forwardAlsoKey;  // the executor's send keys (executor.h)
+using coll::forwardKey;
+using coll::ownKey;
 
 // One rank's run of one phase: executor.cc's Run, its Flight folded in (see phase_run.h).
 class PhaseRun {

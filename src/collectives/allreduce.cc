@@ -11,6 +11,19 @@ namespace ringfold {
 
 namespace coll {
 
+PlanOptions planOptions(const Communicator& comm, const Operands& call, const AllreduceChoice& choice) {
+  PlanOptions plan;
+  plan.count = call.dstElems;
+  plan.elemSize = call.elemSize;
+  plan.preScaled = call.preScale != 1.0;
+  plan.inPlace = call.src == call.dst;
+  plan.segmentBytes = comm.segmentBytes();
+  plan.treeSegmentBytes = choice.treeSegmentBytes;
+  plan.ringChunkBytes = choice.ringChunkBytes;
+  plan.cross = choice.cross;
+  return plan;
+}
+
 Kind allreduceKind(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
     case AllreduceAlgorithm::kDirect: return Kind::kAllreduceDirect;
@@ -93,15 +106,8 @@ void allreduce(Communicator& comm, const AllreduceOptions& o) {
     if (algo == AllreduceAlgorithm::kHierarchical && comm.size() > 1) return coll::hierarchicalAllreduce(comm, choice, a);
     a.call = coll::begin(comm, {.kind = coll::allreduceKind(algo), .dtype = o.dtype, .op = o.op, .count = o.count});
     if (comm.size() == 1) return coll::reduceLocal(a);
-    coll::PlanOptions plan;
-    plan.count = o.count;
-    plan.elemSize = a.elemSize;
-    plan.preScaled = o.preScale != 1.0;
-    plan.inPlace = o.sendbuf == o.recvbuf;
-    plan.segmentBytes = comm.segmentBytes();
-    plan.treeSegmentBytes = choice.treeSegmentBytes;
-    plan.ringChunkBytes = choice.ringChunkBytes;
-    std::vector<coll::Phase> phases = coll::planAllreduce(algo, {.rank = r, .size = comm.size()}, plan);
+    std::vector<coll::Phase> phases =
+        coll::planAllreduce(algo, {.rank = r, .size = comm.size()}, coll::planOptions(comm, a, choice));
     coll::runFlat(comm, algo, phases.begin(), phases.end(), a);
   });
 }

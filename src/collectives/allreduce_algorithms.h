@@ -8,6 +8,10 @@
 
 namespace ringfold::coll {
 
+// The plan options of a call: its count, element size, scaling and place, the communicator's
+// segment, and the choice's tree segment, ring chunk and algorithm among hosts.
+PlanOptions planOptions(const Communicator& comm, const Operands& call, const AllreduceChoice& choice);
+
 // The check-word kind of a flat algorithm's messages.
 Kind allreduceKind(AllreduceAlgorithm algorithm);
 

@@ -13,11 +13,6 @@ using sched::Range;
 
 constexpr int kMaxLanes = 3;
 
-uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
-uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
-// The second forward of a unit (Unit::forwardAlso), posted right after the first.
-uint64_t forwardAlsoKey(int lane, size_t u) { return forwardKey(lane, u) | (uint64_t{1} << 47); }
-
 // One run of a schedule: the buffers, the cursors, and the steps of the loop.
 class Run {
  public:

@@ -48,6 +48,12 @@ struct Operands {
 
 void execute(Communicator& comm, const sched::Schedule& schedule, const Operands& operands);
 
+// The keys the executor names its sends by (Flight::retireSend): own send i, the forward of unit
+// u of a lane, and that unit's second forward (Unit::forwardAlso). The simulator retires by them.
+inline uint64_t ownKey(size_t i) { return (uint64_t{1} << 62) | (i + 1); }
+inline uint64_t forwardKey(int lane, size_t u) { return (static_cast<uint64_t>(lane + 1) << 48) | (u + 1); }
+inline uint64_t forwardAlsoKey(int lane, size_t u) { return forwardKey(lane, u) | (uint64_t{1} << 47); }
+
 // A reduction over one rank: dst = src scaled by preScale, then by finalScale (dstElems).
 void reduceLocal(const Operands& operands);
 

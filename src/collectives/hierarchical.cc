@@ -21,15 +21,7 @@ void hierarchicalAllreduce(Communicator& comm, const AllreduceChoice& choice, co
   Communicator& local = *split.local;
   Communicator& cross = *split.cross;
   const size_t count = call.dstElems;
-  PlanOptions options;
-  options.count = count;
-  options.elemSize = call.elemSize;
-  options.preScaled = call.preScale != 1.0;
-  options.inPlace = call.src == call.dst;
-  options.segmentBytes = comm.segmentBytes();
-  options.treeSegmentBytes = choice.treeSegmentBytes;
-  options.ringChunkBytes = choice.ringChunkBytes;
-  options.cross = choice.cross;
+  const PlanOptions options = planOptions(comm, call, choice);
   const PlanShape shape{comm.rank(), comm.size(), local.rank(), local.size(), cross.rank(), cross.size()};
   std::vector<Phase> phases = planAllreduce(AllreduceAlgorithm::kHierarchical, shape, options);
   const std::vector<sched::Range> blocks = hierarchicalBlocks(count, local.size());
