@@ -72,7 +72,10 @@ double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s,
       c.ringChunkBytes = k.spans() ? ringChunk(slow, knobs.ringChunkBytes) : knobs.ringChunkBytes;
       const double perRound = static_cast<double>(n) * static_cast<double>(c.ringChunkBytes);
       const double rounds = c.ringChunkBytes == 0 ? 1.0 : std::max(1.0, std::ceil(s / perRound));
-      const double hop = k.alpha(static_cast<double>(k.hosts) / n);
+      // Each of a round's 2(n-1) steps is a message sent and one received: a hop's latency and
+      // a message's overhead (over shm the overhead outweighs the latency, and at 2 ranks a
+      // direct exchange's one message beats the ring's two steps, as measured).
+      const double hop = k.alpha(static_cast<double>(k.hosts) / n) + slow.overhead;
       return rounds * 2.0 * (n - 1) * hop + 2.0 * f * s * slow.beta + f * s * gamma;
     }
     case AllreduceAlgorithm::kDirect: {

@@ -87,6 +87,11 @@ TEST(AllreduceModel, ChoiceOnCannedConstants) {
   };
   const coll::JobShape host2{2, 1, 2, true};
   EXPECT_EQ(pick(host2, 4 << 10).algorithm, A::kDirect);  // one round trip
+  // Shared memory as calibrated on this VM: a message's overhead above the latency. Two ranks
+  // still exchange small messages directly (one message, against the ring's two steps).
+  coll::ModelConstants shm = m;
+  shm.local = {0.53e-6, 0.09e-9, 0.77e-6};
+  EXPECT_EQ(coll::chooseAllreduce(shm, host2, 4 << 10, AlgorithmSet::parse("auto"), seg).algorithm, A::kDirect);
   EXPECT_EQ(pick(host2, 64 << 20).algorithm, A::kRing);   // half the reduction each
   const coll::JobShape hosts8{8, 8, 1, true};
   EXPECT_EQ(pick(hosts8, 64 << 20).algorithm, A::kRing);            // 2(n-1)/n S beta < 2 S beta
