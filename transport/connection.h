@@ -30,6 +30,16 @@
 
 namespace ringfold::transport {
 
+// Where a lazy receive's bytes go when the caller takes them where they lie (Request::deliver):
+// take() gets [offset, offset + length) of the message, in order, each byte once. Every piece
+// but the last is a multiple of 64 bytes long, so pieces split no element of any dtype. take()
+// runs inside the transport's progress and must not call back into the device.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void take(size_t offset, const std::byte* data, size_t length) = 0;
+};
+
 // Completion of one isend or irecv (the shape of c10d's Work: test / wait / exception).
 class Request {
  public:
@@ -39,6 +49,16 @@ class Request {
   virtual bool test() = 0;
   // Blocks until complete. Throws IoError naming the peer if `timeout` passes first.
   virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // For a receive from Connection::irecvLazy: waits as wait() does while handing the message's
+  // bytes to `sink`, first those already stored in the region, then the rest straight from the
+  // backend's own memory as they arrive (one copy saved: the caller folds from there). Returns
+  // false, having done nothing, where the backend keeps no message of its own (then wait, and
+  // read the region).
+  virtual bool deliver(Sink& sink, std::chrono::milliseconds timeout) {
+    (void)sink;
+    (void)timeout;
+    return false;
+  }
 };
 
 // A receive met a message whose length or check differs from the receive's.
@@ -65,6 +85,15 @@ class Connection {
                                          uint64_t tag, uint64_t check = 0) = 0;
   virtual std::unique_ptr<Request> irecv(MemoryRegion& region, size_t offset, size_t length,
                                          uint64_t tag, uint64_t check = 0) = 0;
+  // irecv whose message the backend may leave where it arrived (shm: in the ring) until the
+  // request's deliver(), so that the caller reads it once instead of having it copied first.
+  // The region is still the receive's: a wait without deliver, or a backend that must free the
+  // space meanwhile (another wait makes no progress), stores the message there as irecv would.
+  // Default: irecv.
+  virtual std::unique_ptr<Request> irecvLazy(MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                             uint64_t check = 0) {
+    return irecv(region, offset, length, tag, check);
+  }
 };
 
 }  // namespace ringfold::transport

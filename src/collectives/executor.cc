@@ -18,7 +18,8 @@ class Run {
  public:
   Run(Communicator& comm, const sched::Schedule& s, const Operands& o)
       : comm_(comm), s_(s), o_(o), red_(o.reducer), pace_(s.pacing()), lanes_(s.lanes()),
-        stageSends_(o.preScale != 1.0 || o.copyOwn), pre_(o.preScale != 1.0) {
+        stageSends_(o.preScale != 1.0 || o.copyOwn), pre_(o.preScale != 1.0),
+        fuse_(!pace_.interleaveLanes && !pre_ && o.reducer == &comm.reducer()) {
     RF_ENFORCE(lanes_ >= 1 && lanes_ <= kMaxLanes, "a schedule has 1 to 3 lanes, not ", lanes_);
     size_t requests = 0, slotBytes = 0;
     for (int l = 0; l < lanes_; ++l) {
@@ -189,13 +190,14 @@ class Run {
         const size_t bytes = un.range.length * es();
         for (size_t i = 0, n = receives(l, un); i < n; ++i) {
           const int peer = s_.peer(l, posted_[l], i);
+          const bool lazy = fusable(l, un);
           if (un.into == Place::kSlot) {
             RF_ENFORCE(slotRegion_ != nullptr, "lane ", l, " receives into slots but has none");
             flight_->postRecv(requestBase_[l] + first + i, peer, *slotRegion_, slotOffset(l, first + i), bytes,
-                              o_.call.tag(un.sub), o_.call.check);
+                              o_.call.tag(un.sub), o_.call.check, lazy);
           } else {
             flight_->postRecv(requestBase_[l] + first + i, peer, dstRegion(), dstOffset(un.range), bytes,
-                              o_.call.tag(un.sub), o_.call.check);
+                              o_.call.tag(un.sub), o_.call.check, lazy);
           }
         }
         ++posted_[l];
@@ -208,9 +210,13 @@ class Run {
     const sched::Unit un = s_.unit(l, u);
     const size_t first = slotIndex(l, u);
     const size_t group = receives(l, un);
-    for (size_t i = 0; i < group; ++i) flight_->waitRecv(requestBase_[l] + first + i);
-    if (un.foldAfterOwn != sched::kNoSend) flight_->waitSend(ownKey(un.foldAfterOwn));
-    if (un.ownAt >= 0 && un.range.length > 0) fold(l, first, group, un);
+    if (fusable(l, un)) {
+      foldDelivered(l, first, un);
+    } else {
+      for (size_t i = 0; i < group; ++i) flight_->waitRecv(requestBase_[l] + first + i);
+      if (un.foldAfterOwn != sched::kNoSend) flight_->waitSend(ownKey(un.foldAfterOwn));
+      if (un.ownAt >= 0 && un.range.length > 0) fold(l, first, group, un);
+    }
     if (un.forwardTo < 0) return;
     const size_t bytes = un.range.length * es();
     const bool fromSlot = un.forwardFrom == Place::kSlot;
@@ -221,6 +227,45 @@ class Run {
       flight_->postSend(un.forwardAlso, from, offset, bytes, o_.call.tag(un.forwardSub), o_.call.check,
                         forwardAlsoKey(l, u));
     }
+  }
+
+  // A unit folded as its message is delivered (Request::deliver): own (unscaled) op one receive
+  // with nothing to wait for first, in a schedule whose lanes are folded one after the other,
+  // with the communicator's own (host) reducer. Its receive is lazy, so over shm the fold reads
+  // the message in the ring: one copy fewer than receiving it into a slot and folding from there.
+  bool fusable(int l, const sched::Unit& un) const {
+    return fuse_ && un.ownAt >= 0 && un.range.length > 0 && receives(l, un) == 1 && un.foldAfterOwn == sched::kNoSend;
+  }
+
+  // The fold of fold() for a fusable unit, piece by piece as its message is delivered.
+  class FoldSink final : public transport::Sink {
+   public:
+    FoldSink(const Run& run, std::byte* target, const std::byte* own, bool ownFirst, double scale)
+        : run_(run), target_(target), own_(own), ownFirst_(ownFirst), scale_(scale) {}
+    void take(size_t offset, const std::byte* data, size_t length) override {
+      const std::byte* own = own_ + offset;
+      run_.red_->reduce(target_ + offset, ownFirst_ ? own : data, ownFirst_ ? data : own, length / run_.es(),
+                        run_.o_.dtype, run_.o_.op, scale_);
+    }
+
+   private:
+    const Run& run_;
+    std::byte* target_;
+    const std::byte* own_;
+    bool ownFirst_;
+    double scale_;
+  };
+
+  void foldDelivered(int l, size_t first, const sched::Unit& un) {
+    const Range& r = un.range;
+    std::byte* target = un.foldInto == Place::kDst ? dst(r) : slot(l, first);
+    const std::byte* own = !un.stageOwn && stageSends_ ? staged(r) : src(r);
+    FoldSink sink(*this, target, own, un.ownAt == 0, un.last ? o_.finalScale : 1.0);
+    const size_t index = requestBase_[l] + first;
+    if (flight_->deliverRecv(index, sink)) return;
+    // The backend keeps no message of its own: it is in the receive's place now.
+    const size_t bytes = r.length * es();
+    sink.take(0, un.into == Place::kSlot ? slot(l, first) : dst(r), bytes);
   }
 
   // acc = x0 op x1, acc = acc op x2, ... over the unit's `group` receives and own (at ownAt).
@@ -262,7 +307,7 @@ class Run {
   Reducer* red_;  // null when the schedule folds nothing
   const sched::Pacing& pace_;
   const int lanes_;
-  const bool stageSends_, pre_;
+  const bool stageSends_, pre_, fuse_;
   sched::Lane lane_[kMaxLanes];
   size_t requestBase_[kMaxLanes] = {}, slotBase_[kMaxLanes] = {};
   size_t posted_[kMaxLanes] = {}, processed_[kMaxLanes] = {};

@@ -24,10 +24,20 @@ transport::MemoryRegion& Flight::region(const void* data, size_t bytes) {
 }
 
 void Flight::postRecv(size_t slot, int peer, transport::MemoryRegion& region, size_t offset,
-                      size_t length, uint64_t tag, uint64_t check) {
+                      size_t length, uint64_t tag, uint64_t check, bool lazy) {
   auto& request = requests_[slot];
   RF_ENFORCE(request == nullptr, "receive slot ", slot, " is still in use");
-  request = comm_.peer(peer).irecv(region, offset, length, tag, check);
+  transport::Connection& c = comm_.peer(peer);
+  request = lazy ? c.irecvLazy(region, offset, length, tag, check) : c.irecv(region, offset, length, tag, check);
+}
+
+bool Flight::deliverRecv(size_t slot, transport::Sink& sink) {
+  auto& request = requests_[slot];
+  RF_ENFORCE(request != nullptr, "receive slot ", slot, " holds no request");
+  const bool took = request->deliver(sink, comm_.timeout());
+  if (!took) request->wait(comm_.timeout());
+  request.reset();
+  return took;
 }
 
 void Flight::waitRecv(size_t slot) {

@@ -47,9 +47,13 @@ class Flight {
   // Registers [data, data+bytes) for this collective (null with 0 bytes is allowed).
   transport::MemoryRegion& region(const void* data, size_t bytes);
 
+  // lazy: Connection::irecvLazy (finish it with deliverRecv).
   void postRecv(size_t slot, int peer, transport::MemoryRegion& region, size_t offset, size_t length,
-                uint64_t tag, uint64_t check);
+                uint64_t tag, uint64_t check, bool lazy = false);
   void waitRecv(size_t slot);
+  // Waits for the receive in `slot` while handing its bytes to `sink` (Request::deliver); false
+  // where the backend cannot, after waiting for the bytes to be in the receive's region.
+  bool deliverRecv(size_t slot, transport::Sink& sink);
   // True once the receive in `slot` has completed (drives progress without blocking; throws its
   // error); the slot stays posted until waitRecv.
   bool recvDone(size_t slot);

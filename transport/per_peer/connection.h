@@ -36,6 +36,10 @@ class Connection final : public transport::Connection {
                                  uint64_t check) override {
     return child_->irecv(static_cast<MemoryRegion&>(region).part(index_), offset, length, tag, check);
   }
+  std::unique_ptr<Request> irecvLazy(transport::MemoryRegion& region, size_t offset, size_t length, uint64_t tag,
+                                     uint64_t check) override {
+    return child_->irecvLazy(static_cast<MemoryRegion&>(region).part(index_), offset, length, tag, check);
+  }
 
  private:
   std::unique_ptr<transport::Connection> child_;

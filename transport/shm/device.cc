@@ -29,7 +29,11 @@ std::unique_ptr<transport::MemoryRegion> Device::registerMemory(void* data, size
 void Device::abort(ErrorKind kind, const std::string& message) { state_->abort(kind, message); }
 bool Device::aborted() const { return state_->aborted(); }
 std::exception_ptr Device::abortReason() const { return state_->poisoned() ? state_->poisonError() : nullptr; }
-void Device::progress() { state_->progress(); }
+// A composite's hook while it waits on another backend: nothing moving here may mean a peer
+// waits behind a parked message (device_state.h), so it is read out then.
+void Device::progress() {
+  if (state_->progress() == 0 && state_->unpark()) state_->progress();
+}
 void Device::setWaitHook(std::function<void()> hook) { state_->setWaitHook(std::move(hook)); }
 void Device::shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { state_->shareMonitor(std::move(monitor)); }
 Stats Device::stats() const { return state_->stats(); }

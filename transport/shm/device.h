@@ -36,6 +36,7 @@ struct Stats {
   uint64_t bytesSent = 0;            // payload bytes of completed sends
   uint64_t bytesReceived = 0;        // payload bytes of completed receives
   uint64_t ringCopyBytes = 0;        // copied into a ring (sender) and out of one (receiver)
+  uint64_t ringSinkBytes = 0;        // taken from a ring by a lazy receive's sink (no copy)
   uint64_t cmaBytes = 0;             // read from a peer's memory (process_vm_readv)
   uint64_t unexpectedCopyBytes = 0;  // out of a buffer (unexpected or bounced) into the receive posted later
   uint64_t eagerMessages = 0;        // sent through the ring

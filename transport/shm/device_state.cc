@@ -269,6 +269,7 @@ void DeviceState::block(Clock::duration slice) {
     return;
   }
   for (Peer* p : active_) p->bounceUnexpected(Clock::duration(0));  // a sender may wait for it
+  if (unpark()) return;
   slice = std::min<Clock::duration>(slice, hook_ ? Clock::duration(kHookSlice) : Clock::duration(kBlockSlice));
   if (slice <= Clock::duration::zero()) return;
   for (Peer* p : active_) p->prepareSleep();
@@ -279,6 +280,12 @@ void DeviceState::block(Clock::duration slice) {
     checkSockets(slice);
   }
   for (Peer* p : active_) p->endSleep();
+}
+
+bool DeviceState::unpark() {
+  bool any = false;
+  for (Peer* p : active_) any = p->unpark() || any;
+  return any;
 }
 
 void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
@@ -301,7 +308,9 @@ void DeviceState::wait(RequestState& r, std::chrono::milliseconds timeout) {
         cpuRelax();
         if (std::any_of(d.active_.begin(), d.active_.end(), [](Peer* p) { return p->ready(); })) return d.progress();
       }
-      return 0;
+      // Nothing moves: a message parked for a lazy receive may be what holds a peer up (its
+      // ring full behind it), so read parked messages into their receives' memory.
+      return d.unpark() ? d.progress() : 0;
     }
     void block(Clock::duration slice) { d.block(slice); }
     void afterAnnounce() { d.progress(); }
@@ -396,7 +405,7 @@ void DeviceState::shutdown() noexcept {
     RF_LOG(kInfo) << "shm: rank " << rank_ << " sent " << s.bytesSent << " and received " << s.bytesReceived
                   << " bytes; " << s.eagerMessages << " messages through the ring, " << s.cmaMessages
                   << " by cross-memory attach (" << s.bouncedMessages << " bounced); copied " << s.ringCopyBytes
-                  << " through rings, " << s.cmaBytes << " across processes, " << s.unexpectedCopyBytes
+                  << " through rings (and took " << s.ringSinkBytes << " from them uncopied), " << s.cmaBytes << " across processes, " << s.unexpectedCopyBytes
                   << " out of buffers; slept " << s.sleeps << " times";
   }
   if (!poisoned()) poison(std::make_exception_ptr(Error("the shm device was destroyed")));

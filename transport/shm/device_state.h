@@ -62,6 +62,10 @@ class DeviceState final : private liveness::Links {
 
   // Drains every ring, bounces, flushes; never blocks. Returns how many slots moved.
   unsigned progress();
+  // Every peer reads a message parked for a lazy receive into that receive's memory instead
+  // (peer.h); true if any was parked. Waits call it once polling finds nothing to do, so a
+  // parked message never holds a peer up for longer than a spin.
+  bool unpark();
   void wait(RequestState& request, std::chrono::milliseconds timeout);
   // A producer that filled `doorbell`'s ring or a consumer that freed space: wakes that side.
   static void ring(int doorbell);

@@ -180,7 +180,12 @@ unsigned Peer::receive() {
   RingHeader* h = in_.header();
   const uint64_t tail = h->tail.load(std::memory_order_acquire);
   unsigned n = 0;
+  parked_ = false;
   while (head_ < tail && !device_.poisoned()) {
+    if (!inMessage_ && parks(in_.slot(head_))) {
+      parked_ = true;
+      break;
+    }
     handle(in_.slot(head_));
     ++head_;
     h->head.store(head_, std::memory_order_release);
@@ -191,6 +196,30 @@ unsigned Peer::receive() {
     wakeIfSleeping(h->producerSleeping);  // the peer may sleep waiting for the space just freed
   }
   return n + acked;
+}
+
+bool Peer::parks(const SlotHeader* s) const {
+  if (s->type != kEager) return false;
+  const uint64_t tag = s->tag;
+  for (const RequestState* r : posted_) {
+    if (r->tag == tag) return r->lazy && r->sink == nullptr;
+  }
+  return false;
+}
+
+bool Peer::unpark() {
+  if (!parked_) return false;
+  RingHeader* h = in_.header();
+  if (head_ < h->tail.load(std::memory_order_acquire)) {
+    for (RequestState* r : posted_) {
+      if (r->tag == in_.slot(head_)->tag) {
+        r->lazy = false;
+        break;
+      }
+    }
+  }
+  parked_ = false;
+  return true;
 }
 
 void Peer::handle(SlotHeader* s) {
@@ -226,9 +255,15 @@ void Peer::handle(SlotHeader* s) {
       if (inRequest_ != nullptr) {
         RequestState& r = *inRequest_;
         const size_t take = std::min(bytes, r.length - r.offset);
-        std::memcpy(r.data + r.offset, from, take);
+        if (r.sink != nullptr) {
+          r.sink->take(r.offset, from, take);
+          r.sunk += take;
+          stats.ringSinkBytes += take;
+        } else {
+          std::memcpy(r.data + r.offset, from, take);
+          stats.ringCopyBytes += take;
+        }
         r.offset += take;
-        stats.ringCopyBytes += take;
         if (r.offset == r.length) {
           finish(r);
           inRequest_ = nullptr;
@@ -437,7 +472,8 @@ void Peer::endSleep() {
 
 bool Peer::ready() const {
   if (in_.header() == nullptr) return false;
-  if (in_.header()->tail.load(std::memory_order_seq_cst) != head_) return true;
+  // A parked message is no slot to read: it waits for its deliver() (or an unpark).
+  if (!parked_ && in_.header()->tail.load(std::memory_order_seq_cst) != head_) return true;
   for (const auto& [id, r] : awaitingAck_) {
     if (out_.ack(id).load(std::memory_order_seq_cst) == id) return true;
   }

@@ -41,6 +41,12 @@ struct RequestState {
   bool started = false;  // send: its first slot is in the ring
   bool posted = false;
   bool done = false;
+  // A lazy receive (Connection::irecvLazy): its message waits in the inbox, at its head, until
+  // `sink` is set (ShmRequest::deliver), which then takes the bytes from the ring; until then
+  // the peer stops reading that inbox, unless told to unpark (then the bytes go to `data`).
+  bool lazy = false;
+  Sink* sink = nullptr;
+  size_t sunk = 0;  // bytes handed to the sink
 };
 
 class Peer {
@@ -65,8 +71,11 @@ class Peer {
 
   void postSend(RequestState& r);
   void postRecv(RequestState& r);
-  // Handles every slot published in the inbox; returns how many.
+  // Handles every slot published in the inbox, up to the start of a message that a lazy receive
+  // without a sink waits for (it stays parked there); returns how many.
   unsigned receive();
+  // A parked message is read into its receive's memory instead: true if one was parked.
+  bool unpark();
   // Pushes queued control slots and sends into the outbox as space allows; returns how many.
   unsigned flush();
   // Reads unmatched requests to send that have waited `minAge` into bounce buffers.
@@ -112,6 +121,8 @@ class Peer {
   unsigned collectAcks();
   // The first posted receive with `tag` (removed from the list), or null.
   RequestState* match(uint64_t tag);
+  // True when the slot at the inbox's head starts a message whose receive is lazy, without a sink.
+  bool parks(const SlotHeader* s) const;
   // False (after failing the device) when the receive's length or check differs from the message's.
   bool agree(const RequestState& r, uint64_t length, uint64_t check);
   // Reads a request to send into `dst`, then acknowledges it; false after failing the device.
@@ -149,6 +160,7 @@ class Peer {
   RequestState* inRequest_ = nullptr;  // the eager message arriving: into this receive,
   Unexpected* inBuffer_ = nullptr;     // or into this buffer
   bool inMessage_ = false;
+  bool parked_ = false;                // receive() stopped at a lazy receive's message
 
   // Sending.
   uint64_t tail_ = 0;         // next outbox slot to fill

@@ -24,6 +24,16 @@
 //               matching posted receive, or into a buffer kept with the unexpected message (and
 //               from there into the receive posted later). A send completes when its last byte is
 //               in the ring: copy-in/copy-out, two copies, pipelined through the ring.
+//   lazy      : a receive posted with irecvLazy (the collectives' folds of one received message
+//               into this rank's own data) leaves its eager message in the ring: the inbox is
+//               read up to the message's first slot and stops there (parked) until the
+//               request's deliver() gives it a sink; the receiver then folds each slot's payload
+//               straight from the ring as it arrives, and frees it: one copy, where copy-out
+//               then fold would read and write the bytes twice. A wait that polls without
+//               progress, a sleep, or a composite's progress call unparks instead: the message
+//               is copied into the receive's memory as an eager one is, so a parked message never
+//               holds a peer up for longer than a spin (its sends behind a full ring, or a message
+//               behind it that this rank waits for).
 //   cma       : a larger message, when the receiver can read the sender's memory, goes as kRts
 //               {tag, check, length, number, address, id}. The receiver, once a receive matches,
 //               reads the bytes straight from the sender's buffer into the receive's with
