@@ -123,9 +123,13 @@ def kill_group(proc):
         proc.wait()
 
 
+# Prepended to every launched command: ['chrt', '-f', '50'] with --realtime.
+PREFIX = []
+
+
 def run_one(cmd, env, timeout):
     """Runs cmd in its own session; returns stdout. Raises RunError on failure or timeout."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(PREFIX + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -145,7 +149,7 @@ def run_many(cmds, timeout):
     procs = []
     try:
         for cmd, env in cmds:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+            procs.append(subprocess.Popen(PREFIX + cmd, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True,
                                           start_new_session=True))
         deadline = time.monotonic() + timeout
@@ -340,10 +344,13 @@ def loopback(args):
                  f"Open MPI ran with mpirun's own default binding. Every system runs over TCP on "
                  f"127.0.0.1 (ringfold with RINGFOLD_LOCAL_TRANSPORT=tcp) except 'ringfold-unix' "
                  f"(Unix-domain sockets between the ranks), 'ringfold-shm', ringfold's default on one "
-                 f"host (shared-memory rings: every message copied in and out, pipelined), 'ringfold-shm-cma' "
+                 f"host (shared-memory rings: copied in by the sender, copied out or folded straight from the ring by the "
+                 f"receiver, pipelined), 'ringfold-shm-cma' "
                  f"(the same with RINGFOLD_SHM_CMA=on: large messages by cross-memory attach), "
                  f"'mpi-shm', Open MPI's (shared memory: --mca btl vader,self), and 'ringfold-rdma' "
-                 f"(ringfold's rdma transport between every pair, libfabric {args.ofi_provider}).")
+                 f"(ringfold's rdma transport between every pair, libfabric {args.ofi_provider})." +
+                 (" Every launch ran under chrt -f 50 (SCHED_FIFO): the machine was shared with other work."
+                  if args.realtime else ""))
     for n in ranks:
         lines.append("")
         lines.append(f"## {n} ranks")
@@ -613,6 +620,9 @@ def main():
                         "ringfold's figure is always the one with auto, its default")
     p.add_argument("--gloo-algorithms", default="ring,halving_doubling,ring_chunked",
                    help="comma-separated gloo_allreduce_perf -A values")
+    p.add_argument("--realtime", action="store_true",
+                   help="run every launch under 'chrt -f 50' (SCHED_FIFO, root), every system alike: on a "
+                        "machine shared with other work, the compared ranks then own the cores while they run")
     p.add_argument("--timeout", type=float, default=120, help="seconds per launch")
     p.add_argument("--op-timeout", type=int, default=60, help="-T passed to the programs")
     p.add_argument("--netns", type=int, default=0, help="emulated cluster with this many hosts")
@@ -624,6 +634,8 @@ def main():
     p.add_argument("--netns-min-bytes", default="1M")
     p.add_argument("--netns-max-bytes", default="64M")
     args = p.parse_args()
+    if args.realtime:
+        PREFIX[:] = ["chrt", "-f", "50"]
     try:
         return netns(args) if args.netns else loopback(args)
     except KeyboardInterrupt as e:
