@@ -3,7 +3,8 @@
 //  1. RINGFOLD_X and HOROVOD_X (X = RANK, SIZE, LOCAL_RANK, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE)
 //     must agree when both are set.
 //  2. Source = the first name set whose rank variable is set: ringfold, horovod, torchrun,
-//     openmpi, slurm; else "none" (one process). A set RINGFOLD_/HOROVOD_SIZE without its rank
+//     openmpi, slurm; else TF_CONFIG when set ("tf_config", see bootstrap.h); else "none" (one
+//     process). A set RINGFOLD_/HOROVOD_SIZE without its rank
 //     is an error (other launchers' size variables alone are ignored: an salloc shell sets
 //     SLURM_NTASKS without being a rank).
 //  3. The size variable is required; local rank/size are required unless size == 1 (then 0/1).
@@ -33,6 +34,8 @@
 #include <openssl/sha.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <string_view>
 #include <cstdlib>
 #include <atomic>
@@ -240,9 +243,19 @@ void deriveCross(BootstrapInfo& info) {
   }
 }
 
-void deriveStore(BootstrapInfo& info) {
+// "host:port" -> (host, port text); IPv6 hosts may be bracketed: "[::1]:2222".
+std::pair<std::string, std::string> splitHostPort(const std::string& task) {
+  size_t colon = task.rfind(':');
+  std::string host = task.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, task.substr(colon + 1)};
+}
+
+void deriveStore(BootstrapInfo& info, const detail::TfConfig* tf) {
   if (auto a = params::kStoreAddr.lookup()) {
     info.storeAddr = a->first;
+  } else if (tf != nullptr) {
+    info.storeAddr = splitHostPort(tf->tasks.front()).first;
   } else if (info.source == "slurm") {
     auto list = env("SLURM_STEP_NODELIST");
     if (!list) list = env("SLURM_JOB_NODELIST");
@@ -265,6 +278,9 @@ void deriveStore(BootstrapInfo& info) {
   } else if (auto mp = env("MASTER_PORT")) {
     portVar = mp;
     offset = (env("TORCHELASTIC_RUN_ID") || env("TORCHELASTIC_USE_AGENT_STORE")) ? 1 : 0;
+  } else if (tf != nullptr) {
+    portVar = Var{splitHostPort(tf->tasks.front()).second, "the port of TF_CONFIG's first task"};
+    offset = 1;  // TensorFlow's own gRPC server may listen on the listed port
   }
   if (portVar) {
     int p = toInt(*portVar);
@@ -289,7 +305,7 @@ void deriveStore(BootstrapInfo& info) {
   info.storePort = 29500 + static_cast<int>((jobNumber(*job) % 1000 + 97 * (step % 1000)) % 1000);
 }
 
-void deriveSecret(BootstrapInfo& info) {
+void deriveSecret(BootstrapInfo& info, const detail::TfConfig* tf) {
   if (auto s = params::kSecret.lookup()) {
     info.secret = s->first;
     return;
@@ -309,6 +325,7 @@ void deriveSecret(BootstrapInfo& info) {
   if (id && id->second == "SLURM_JOB_ID" && info.source == "slurm") {
     if (auto step = slurmStep()) id = Var{id->first + "." + std::to_string(*step), "SLURM_JOB_ID.SLURM_STEP_ID"};
   }
+  if (!id && tf != nullptr) id = Var{tf->cluster, "TF_CONFIG's cluster"};
   if (!id) {
     for (auto [a, p] : {std::pair{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"},
                         std::pair{"MASTER_ADDR", "MASTER_PORT"}}) {
@@ -407,6 +424,41 @@ void resetDerivedSecretWarning() { gDerivedSecretWarned.store(false); }
 
 }  // namespace detail
 
+namespace {
+
+// The "tf_config" source (bootstrap.h): ranks, hosts and store from TensorFlow's TF_CONFIG.
+BootstrapInfo bootstrapFromTfConfig(const std::string& json) {
+  detail::TfConfig tf = detail::parseTfConfig(json);
+  BootstrapInfo info;
+  info.source = "tf_config";
+  info.rank = tf.rank;
+  info.size = static_cast<int>(tf.tasks.size());
+  // Local and cross placement from the host names, exact for any placement.
+  std::vector<std::string> hosts;
+  const std::string myHost = splitHostPort(tf.tasks[tf.rank]).first;
+  info.localRank = 0;
+  info.localSize = 0;
+  for (int r = 0; r < info.size; ++r) {
+    std::string host = splitHostPort(tf.tasks[r]).first;
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+    if (host == myHost) {
+      if (r < tf.rank) ++info.localRank;
+      ++info.localSize;
+    }
+  }
+  info.crossRank = static_cast<int>(std::find(hosts.begin(), hosts.end(), myHost) - hosts.begin());
+  info.crossSize = static_cast<int>(hosts.size());
+  if (params::kCrossRank.lookup() || params::kCrossSize.lookup()) deriveCross(info);
+  setLogRank(info.rank);
+  if (info.size == 1) return info;
+  deriveStore(info, &tf);
+  deriveSecret(info, &tf);
+  info.hostStore = info.rank == 0 && !storeIsExternal();
+  return info;
+}
+
+}  // namespace
+
 BootstrapInfo bootstrapFromEnvironment() {
   checkAgreement();
   BootstrapInfo info;
@@ -418,6 +470,7 @@ BootstrapInfo bootstrapFromEnvironment() {
     }
   }
   if (set == nullptr) {
+    if (auto tfVar = env("TF_CONFIG")) return bootstrapFromTfConfig(tfVar->first);
     info.source = "none";
     return info;
   }
@@ -443,8 +496,8 @@ BootstrapInfo bootstrapFromEnvironment() {
   setLogRank(info.rank);
   if (info.size == 1) return info;
 
-  deriveStore(info);
-  deriveSecret(info);
+  deriveStore(info, nullptr);
+  deriveSecret(info, nullptr);
   info.hostStore = info.rank == 0 && !storeIsExternal();
   return info;
 }

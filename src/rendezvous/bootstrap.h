@@ -9,6 +9,13 @@
 //              (also Azure ML, which sets the same names)
 //   openmpi  : OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE
 //   slurm    : SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID
+//   tf_config: TF_CONFIG, TensorFlow's cluster JSON (Azure ML's TensorFlow jobs), read only when
+//              none of the sets above is present: ranks are the "chief" (or "master") tasks,
+//              then the "worker" tasks, in list order; this task's type and index give the
+//              rank; local rank/size and cross rank/size come from the tasks' host names; the
+//              store is the first task's host, at its port + 1 (TensorFlow's own server may
+//              hold the listed port). "ps" and "evaluator" tasks are not ranks (an error
+//              naming the task); malformed JSON is an error naming the offset.
 //   none     : a single process: rank 0 of 1, in-memory store.
 // A set that is only partly present, a value that is not a number, rank >= size,
 // local rank >= local size, or RINGFOLD_* and HOROVOD_* values that disagree throw
@@ -31,8 +38,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/topology.h"
+#include "rendezvous/tf_config.h"
 
 namespace ringfold::rendezvous {
 
@@ -44,7 +53,7 @@ struct BootstrapInfo : Topology {
   int storePort = 0;
   std::string secret;     // raw bytes of the job secret
   bool hostStore = false; // this process must start the store server (rank 0, unless external)
-  std::string source;     // "ringfold", "horovod", "torchrun", "openmpi", "slurm" or "none"
+  std::string source;     // "ringfold", "horovod", "torchrun", "openmpi", "slurm", "tf_config" or "none"
 };
 
 BootstrapInfo bootstrapFromEnvironment();

@@ -25,7 +25,7 @@ const char* kVars[] = {
     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "NODE_RANK",
+    "SLURM_JOB_NODELIST", "RINGFOLD_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "NODE_RANK", "TF_CONFIG",
 };
 
 class Bootstrap : public ::testing::Test {
@@ -388,6 +388,92 @@ TEST(SlurmLists, FirstHostAndTasksPerNode) {
   EXPECT_EQ(detail::slurmTasksOnNode("3,2(x2),1", 3, "V"), 1);
   EXPECT_THROW(detail::slurmTasksOnNode("3,2(x2),1", 4, "V"), InvalidArgument);
   EXPECT_THROW(detail::slurmTasksOnNode("", 0, "V"), InvalidArgument);
+}
+
+// TF_CONFIG (TensorFlow's cluster JSON, Azure ML's TensorFlow jobs): read only when no other
+// launcher's names are set.
+TEST_F(Bootstrap, TfConfigChiefAndWorkersAreTheRanks) {
+  const char* cluster =
+      R"({"cluster": {"chief": ["hostA:2222"], "worker": ["hostA:2223", "hostB:2222", "hostB:2223"],
+                      "ps": ["hostC:2222"]},
+          "task": {"type": "worker", "index": 1}, "environment": "cloud"})";
+  set({{"TF_CONFIG", cluster}});
+  BootstrapInfo info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.source, "tf_config");
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.size, 4);
+  EXPECT_EQ(info.localRank, 0);
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.crossRank, 1);
+  EXPECT_EQ(info.crossSize, 2);
+  EXPECT_EQ(info.storeAddr, "hostA");
+  EXPECT_EQ(info.storePort, 2223);  // the first task's port + 1
+  EXPECT_FALSE(info.hostStore);
+  EXPECT_FALSE(info.secret.empty());  // derived from the cluster, the same on every task
+
+  set({{"TF_CONFIG", R"({"cluster": {"chief": ["hostA:2222"], "worker": ["hostA:2223", "hostB:2222",
+                         "hostB:2223"], "ps": ["hostC:2222"]}, "task": {"type": "chief", "index": 0}})"}});
+  BootstrapInfo chief = bootstrapFromEnvironment();
+  EXPECT_EQ(chief.rank, 0);
+  EXPECT_EQ(chief.localRank, 0);
+  EXPECT_TRUE(chief.hostStore);
+  EXPECT_EQ(chief.secret, info.secret);
+}
+
+TEST_F(Bootstrap, TfConfigWorkersOnlyAndOverrides) {
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["10.0.0.1:12345","10.0.0.2:12345"]},"task":{"type":"worker","index":1}})"},
+       {"RINGFOLD_STORE_PORT", "4000"}, {"RINGFOLD_SECRET", "s3cret"}});
+  BootstrapInfo info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.size, 2);
+  EXPECT_EQ(info.localSize, 1);
+  EXPECT_EQ(info.crossRank, 1);
+  EXPECT_EQ(info.storeAddr, "10.0.0.1");
+  EXPECT_EQ(info.storePort, 4000);
+  EXPECT_EQ(info.secret, "s3cret");
+}
+
+TEST_F(Bootstrap, TfConfigYieldsToOtherLaunchers) {
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":1}})"},
+       {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(bootstrapFromEnvironment().source, "torchrun");
+}
+
+TEST_F(Bootstrap, TfConfigSingleTask) {
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["localhost:5000"]},"task":{"type":"worker","index":0}})"}});
+  BootstrapInfo info = bootstrapFromEnvironment();
+  EXPECT_EQ(info.size, 1);
+  EXPECT_TRUE(info.storeAddr.empty());
+}
+
+TEST_F(Bootstrap, TfConfigErrorsNameTheCause) {
+  set({{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0)"}});
+  std::string e = errorOf();
+  EXPECT_TRUE(has(e, "TF_CONFIG is not valid JSON")) << e;
+  EXPECT_TRUE(has(e, "offset")) << e;
+  set({{"TF_CONFIG", "not json"}});
+  EXPECT_TRUE(has(errorOf(), "TF_CONFIG is not valid JSON"));
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["a:1"],"ps":["p:1"]},"task":{"type":"ps","index":0}})"}});
+  e = errorOf();
+  EXPECT_TRUE(has(e, "\"ps\" task")) << e;
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":2}})"}});
+  e = errorOf();
+  EXPECT_TRUE(has(e, "worker 2")) << e;
+  set({{"TF_CONFIG", R"({"task":{"type":"worker","index":0}})"}});
+  EXPECT_TRUE(has(errorOf(), "no \"cluster\""));
+  set({{"TF_CONFIG", R"({"cluster":{"worker":["a-no-port"]},"task":{"type":"worker","index":0}})"}});
+  EXPECT_TRUE(has(errorOf(), "host:port"));
+}
+
+TEST(TfConfigJson, EscapesAndNesting) {
+  auto tf = detail::parseTfConfig(
+      "{\"cluster\":{\"worker\":[\"h\\u0041:1\",\"b:2\"],\"x\":[1,-2.5e3,true,false,null,{}]},"
+      "\"task\":{\"type\":\"worker\",\"index\":1}}");
+  ASSERT_EQ(tf.tasks.size(), 2u);
+  EXPECT_EQ(tf.tasks[0], "hA:1");
+  EXPECT_EQ(tf.rank, 1);
+  EXPECT_THROW(detail::parseTfConfig("{\"cluster\":{}} trailing"), InvalidArgument);
+  EXPECT_THROW(detail::parseTfConfig(std::string(100, '[')), InvalidArgument);
 }
 
 }  // namespace
