@@ -117,6 +117,7 @@ _SIGNATURES = {
     'ringfold_result_shape': (ctypes.c_int, [ctypes.c_int64, _c_int64_p, ctypes.c_int]),
     'ringfold_result_bytes': (ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t)]),
     'ringfold_result_copy': (ctypes.c_int, [ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t]),
+    'ringfold_result_data': (ctypes.c_int, [ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p)]),
     'ringfold_result_received_splits': (ctypes.c_int, [ctypes.c_int64, _c_int64_p, ctypes.c_int]),
     'ringfold_join_last_rank': (ctypes.c_int, [ctypes.c_int64, _c_int_p]),
 }
