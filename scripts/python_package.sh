@@ -7,7 +7,7 @@
 #   scripts/python_package.sh        build and install; print the site directory
 #
 # Use it as:  PYTHONPATH=<site> <site>/bin/ringfoldrun -np 2 <venv>/bin/python train.py
-# The wheel's CMake build lives in build/python-wheel/ (reused: a rebuild compiles only what
+# The wheel's CMake build lives in <build>/python-wheel/ (reused: a rebuild compiles only what
 # changed). Extra CMake definitions: RINGFOLD_WHEEL_CMAKE_ARGS="-DRINGFOLD_WITH_CUDA=OFF".
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +15,9 @@ build=${BUILD_DIR:-$root/build}
 venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-test.txt")
 site="$build/python-site"
 rm -rf "$build/wheel"
-config=()
+# The wheel's CMake build lives beside the build it belongs to (pyproject's default,
+# build/python-wheel, would be shared by every BUILD_DIR).
+config=(--config-settings="build-dir=$build/python-wheel/{wheel_tag}")
 for arg in ${RINGFOLD_WHEEL_CMAKE_ARGS:-}; do
   config+=(--config-settings="cmake.args=$arg")
 done
