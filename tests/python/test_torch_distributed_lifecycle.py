@@ -124,3 +124,25 @@ def test_engine_started_by_ringfold_torch_is_shared():
     total = hvd.allreduce(torch.ones(2), op=hvd.Sum, name='after_c10d')
     hvd.shutdown()
     assert ok and still and torch.equal(total, torch.full((2,), float(n)))
+
+
+def test_naming_the_backend_is_enough():
+    """The wheel's torch.distributed.backends entry point: a fresh process that never imports
+    ringfold gets the backend by naming it (one rank of its own, on a port of its own)."""
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('RINGFOLD_', 'HOROVOD_', 'OMPI_', 'PMI_'))}
+    env.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', LOCAL_WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(port))
+    code = ("import sys, torch, torch.distributed as dist\n"
+            "dist.init_process_group('ringfold')\n"
+            "t = torch.ones(3); dist.all_reduce(t)\n"
+            "print(dist.get_backend(), t.tolist())\n"
+            "dist.destroy_process_group()\n")
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ['ringfold', '[1.0,', '1.0,', '1.0]'], out.stdout
