@@ -6,7 +6,7 @@ guides' sample fails on Keras 3 without it) and scikit-learn's bundled digits da
     python examples/keras_train.py                          # one process
     ringfoldrun -np 2 python examples/keras_train.py        # 2 ranks: each trains on its shard
 
-Prints "final test accuracy: X" on rank 0 (tests/python/keras_example_test.sh compares the
+Prints "final test accuracy: X" on rank 0 (tests/python/run.sh keras-example NP compares the
 2- and 4-rank accuracy with one process's).
 """
 import argparse

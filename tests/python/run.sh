@@ -48,8 +48,10 @@ fi
 #   tests/python/run.sh tf-config        3 ranks started by hand with only TF_CONFIG (chief + 2 workers)
 #   tests/python/run.sh keras-example NP examples/keras_train.py: 1 process, then NP ranks, within 2 points
 #   tests/python/run.sh keras-torch NP   test_keras.py with KERAS_BACKEND=torch (requirements-keras-torch.txt)
+#   tests/python/run.sh tensorflow-jobs  test_tensorflow_jobs.py (not a rank: it starts its own TF_CONFIG
+#                                        jobs): a killed rank, and the collective-order deadlock case
 case "$np" in
-  tensorflow|tf-config|keras-example)
+  tensorflow|tf-config|keras-example|tensorflow-jobs)
     tfvenv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-tensorflow.txt")
     export TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=tensorflow ;;
 esac
@@ -57,6 +59,9 @@ if [[ "$np" == tensorflow ]]; then
   n=${1:?usage: tests/python/run.sh tensorflow NP}; shift
   exec "$site/bin/ringfoldrun" -np "$n" "$tfvenv/bin/python" -m pytest -q -p no:cacheprovider \
     "$here/test_tensorflow.py" "$here/test_keras.py" "$@"
+fi
+if [[ "$np" == tensorflow-jobs ]]; then
+  exec "$tfvenv/bin/python" -m pytest -q -p no:cacheprovider "$here/test_tensorflow_jobs.py" "$@"
 fi
 if [[ "$np" == tf-config ]]; then
   port=$("$tfvenv/bin/python" -c "

@@ -326,6 +326,34 @@ def test_local_source_not_reduced():
 
 
 @pytest.mark.parametrize('mode', MODES)
+def test_tape_with_keras_model_variables(mode):
+    """Keras 3 variables (model.trainable_variables) have no tf.Variable.ref(): the tape keys
+    them by identity for local sources and variable groups."""
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.layers.Input((3,)), tf.keras.layers.Dense(2),
+                                 tf.keras.layers.Dense(1)])
+    x = tf.constant(np.full((4, 3), hvd.rank() + 1.0, np.float32))
+    variables = model.trainable_variables
+    local = model.layers[1].trainable_variables
+
+    def grads(distributed):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        if distributed:
+            tape = hvd.PartialDistributedGradientTape(tape, groups=[variables[:2]],
+                                                      local_layers=model.layers[1])
+        return tape.gradient(loss, variables)
+    dist = _mode(lambda: grads(True), mode)()
+    plain = [g.numpy() for g in grads(False)]
+    everyone = [hvd.allgather(tf.constant(g[None])).numpy() for g in plain]
+    n = hvd.size()
+    for v, g, p, all_g in zip(variables, dist, plain, everyone):
+        is_local = any(v is w for w in local)
+        expect = p / n if is_local else all_g.mean(0)
+        np.testing.assert_allclose(g.numpy(), expect, rtol=1e-5, atol=1e-6, err_msg=v.path)
+
+
+@pytest.mark.parametrize('mode', MODES)
 def test_broadcast_variables_and_objects(mode):
     v = [tf.Variable(np.full(3, hvd.rank(), np.float32)), tf.Variable(hvd.rank() * 10, dtype=tf.int64)]
     def bcast():
@@ -358,8 +386,10 @@ def test_join_barrier_topology_process_set():
 
 def test_many_independent_collectives_in_one_function_do_not_deadlock():
     """More independent allreduces than TF has inter-op threads, whose inputs become ready in
-    a different order on each rank: ringfold chains them in trace order, so this cannot
-    exhaust the pool (a regression fails by RINGFOLD_STALL_SHUTDOWN_TIME, not a hang)."""
+    a different order on each rank, give the right sums. Inside tf.function TensorFlow's
+    automatic control dependencies already run stateful ops in program order, so this cannot
+    fail by the order alone; the case that can (a wrap_function graph, a limited inter-op pool,
+    and a negative control without ringfold's chaining) is test_tensorflow_jobs.py's."""
     count = 24
     delays = np.random.default_rng(hvd.rank()).permutation(count) * 0.002
 

@@ -51,7 +51,7 @@ from ringfold.tensorflow.mpi_ops import (allgather, grouped_allgather, broadcast
 from ringfold.tensorflow.functions import (broadcast_variables, broadcast_, broadcast_object,  # noqa: E402
                                            allgather_object)
 from ringfold.tensorflow.gradients import (DistributedGradientTape,  # noqa: E402
-                                           _make_allreduce_grads_fn)
+                                           PartialDistributedGradientTape, _make_allreduce_grads_fn)
 
 
 def init(comm=None, process_sets=None):

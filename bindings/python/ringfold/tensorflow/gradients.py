@@ -28,6 +28,13 @@ from ringfold.tensorflow import mpi_ops
 from ringfold.tensorflow.compression import Compression
 
 
+def _ref(variable):
+    """A hashable identity for a variable: tf.Variable.ref(), or the object's id for Keras 3
+    variables (keras.Variable has no ref(); model.trainable_variables are those)."""
+    ref = getattr(variable, 'ref', None)
+    return ref() if callable(ref) else ('object', id(variable))
+
+
 def _split_list(items, n):
     """Horovod's split_list: n nearly equal consecutive chunks."""
     d, r = divmod(len(items), n)
@@ -45,7 +52,7 @@ def fused_allreduce(tensors, op=Average, prescale_factor=1.0, postscale_factor=1
         mpi_ops._code(t.dtype, mpi_ops._REDUCIBLE, 'allreduce')
     groups = groups or [list(range(len(tensors)))]
     ps_id = process_set._id()
-    base = mpi_ops._graph_name(name or 'HorovodAllreduce_Grads', tensors, None) \
+    base = mpi_ops._graph_name('HorovodAllreduce_' + (name or 'Grads'), tensors, None) \
         if not mpi_ops._executing_eagerly() else None
     prescale, postscale = float(prescale_factor), float(postscale_factor)
 
@@ -65,7 +72,7 @@ def fused_allreduce(tensors, op=Average, prescale_factor=1.0, postscale_factor=1
         for i, r in zip(order, results):
             out[i] = r
         return out
-    outs = mpi_ops._run('allreduce', run, tensors, [t.dtype for t in tensors])
+    outs = mpi_ops._run('allreduce', run, tensors, [t.dtype for t in tensors], base)
     for o, t in zip(outs, tensors):
         o.set_shape(t.shape)
     return outs
@@ -105,12 +112,12 @@ def _make_allreduce_grads_fn(name, device_dense, device_sparse, compression, spa
             # tf.Variables).
             key_to_index = {}
             for i in dense:
-                key_to_index.setdefault(vars[i].ref() if vars is not None else i, i)
+                key_to_index.setdefault(_ref(vars[i]) if vars is not None else i, i)
             group_list = []
             for group in groups:
                 members = []
                 for v in group:
-                    i = key_to_index.pop(v.ref(), None)
+                    i = key_to_index.pop(_ref(v), None)
                     if i is not None:
                         members.append(position[i])
                 if members:
@@ -159,7 +166,7 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def register_local_source(self, source):
         """Keeps this source's gradient local (not allreduced)."""
-        self._local_sources.add(source.ref())
+        self._local_sources.add(_ref(source))
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         gradients = super(self.__class__, self).gradient(target, sources, output_gradients)
@@ -168,7 +175,7 @@ class _DistributedGradientTape(tf.GradientTape):
         grad_list = [gradients] if single else list(tf.nest.flatten(gradients))
         rs, rg, idx = [], [], []
         for i, (s, g) in enumerate(zip(src_list, grad_list)):
-            if s.ref() not in self._local_sources:
+            if _ref(s) not in self._local_sources:
                 rs.append(s)
                 rg.append(g)
                 idx.append(i)
@@ -179,7 +186,7 @@ class _DistributedGradientTape(tf.GradientTape):
             n = float(self.process_set.size())
             for i, s in enumerate(src_list):
                 g = grad_list[i]
-                if s.ref() in self._local_sources and g is not None:
+                if _ref(s) in self._local_sources and g is not None:
                     if isinstance(g, tf.IndexedSlices):
                         grad_list[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
                     else:
@@ -193,7 +200,7 @@ class _DistributedGradientTape(tf.GradientTape):
         gradients = self.gradient(target, sources, output_gradients, use_generic_names)
         local, global_ = [], []
         for s, g in zip(sources, gradients):
-            (local if s.ref() in self._local_sources else global_).append((s, g))
+            (local if _ref(s) in self._local_sources else global_).append((s, g))
         return local, global_
 
 

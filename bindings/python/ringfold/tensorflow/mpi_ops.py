@@ -7,12 +7,17 @@ Contract
     graph runs; its static shape is set from the input (allreduce, broadcast) or has an unknown
     first dimension (allgather, alltoall, reducescatter).
   * Graph mode (tf.function): each collective gets Horovod's trace-time name
-    ("HorovodAllreduce_<tensor name>", ...) unless `name` is given, and the collectives of one
+    ("HorovodAllreduce_<tensor name>", ...) unless `name` is given, also as its graph node's
+    name (so TensorFlow's error messages carry it, as Horovod's), and the collectives of one
     graph are chained with control dependencies in the order they were traced. Every rank
     therefore runs them in the same order, one at a time per graph: a py-function that waits
     holds one of TensorFlow's inter-op threads, so ops started in different orders on
-    different ranks could otherwise exhaust the pool and deadlock (tested).
-  * Gradients are Horovod's (registered with tf.custom_gradient):
+    different ranks could otherwise exhaust the pool and deadlock. Inside tf.function
+    TensorFlow's automatic control dependencies order stateful ops too; graphs without them
+    (tf.compat.v1.wrap_function) rely on this chaining (tests/python/test_tensorflow_jobs.py,
+    with a negative control that removes it).
+  * Gradients are Horovod's (registered with tf.custom_gradient; eagerly with no GradientTape
+    recording the op runs without it, as it would cost more than a small collective):
       allreduce      -> allreduce of the gradient with the same op and scale factors
       grouped_*      -> the same per tensor
       allgather      -> Average-allreduce of the gradient, then this rank's rows
@@ -41,6 +46,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops as _tf_ops
 from tensorflow.python.ops import control_flow_util as _cf_util
+try:   # whether any GradientTape is recording (TF >= 2.13; else always take the gradient path)
+    from tensorflow.python.eager.record import could_possibly_record as _could_record
+except ImportError:
+    _could_record = None
 
 from ringfold import _lib, _ops
 from ringfold.basics import Average, Sum, Adasum
@@ -233,8 +242,11 @@ def _check_not_xla(what):
             'ringfold.keras callbacks and DistributedOptimizer turn Keras\'s "auto" off.' % what)
 
 
-def _run(what, fn, inputs, tout):
-    """Runs fn(*numpy inputs) -> numpy outputs now (eager) or as a chained graph op."""
+def _run(what, fn, inputs, tout, node_name=None):
+    """Runs fn(*numpy inputs) -> numpy outputs now (eager) or as a chained graph op named
+    node_name (Horovod's op name: the collective's name, else "Horovod<Op>"), so TensorFlow's
+    error messages carry it as they carry Horovod's ("[[{{node HorovodAllreduce_x_0}}]]", which
+    horovod.tensorflow.elastic looks for)."""
     if _executing_eagerly():
         outs = fn(*[t.numpy() for t in inputs])
         return [tf.convert_to_tensor(o) for o in outs]
@@ -245,11 +257,21 @@ def _run(what, fn, inputs, tout):
     deps = [last] if last is not None else []
     with tf.control_dependencies(deps):
         outs = tf.numpy_function(lambda *a: tuple(fn(*a)), list(inputs), list(tout), stateful=True,
-                                 name='Ringfold' + what.title().replace('_', ''))
+                                 name=_normalize_name(node_name) if node_name else
+                                 'Horovod' + what.title().replace('_', ''))
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     with _chain_lock:
         _graph_chain[graph] = outs[0].op
     return outs
+
+
+def _differentiable(forward, tensors):
+    """forward(*tensors) -> (outputs, grad_fn) as a tf.custom_gradient op, or just its outputs
+    when running eagerly with no gradient tape recording: the custom-gradient machinery costs
+    ~150 us a call, more than the collective itself on small tensors."""
+    if _executing_eagerly() and _could_record is not None and not _could_record():
+        return forward(*tensors)[0]
+    return tf.custom_gradient(forward)(*tensors)
 
 
 def _graph_name(prefix, tensors, name):
@@ -287,17 +309,16 @@ def _grouped_allreduce_raw(tensors, name=None, op=Sum, prescale_factor=1.0, post
                                        ['%s.%d' % (base, i) for i in range(len(tensors))])
     prescale, postscale = float(prescale_factor), float(postscale_factor)
 
-    @tf.custom_gradient
     def forward(*xs):
         outs = _run('allreduce', lambda *a: _np_allreduce(a, names, op, prescale, postscale, ps_id),
-                    xs, [x.dtype for x in xs])
+                    xs, [x.dtype for x in xs], base)
         for o, x in zip(outs, xs):
             o.set_shape(x.shape)
 
         def grad(*dys):
             return _grouped_allreduce_raw(list(dys), None, op, prescale, postscale, process_set)
         return outs, grad
-    return list(forward(*tensors))
+    return list(_differentiable(forward, tensors))
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -323,9 +344,8 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
     ps_id = process_set._id()
     name = _graph_name('HorovodAllgather', [tensor], name)
 
-    @tf.custom_gradient
     def forward(x):
-        out, = _run('allgather', _allgather_np(name, ps_id), [x], [x.dtype])
+        out, = _run('allgather', _allgather_np(name, ps_id), [x], [x.dtype], name)
         out.set_shape(tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else None)
 
         def grad(dy):
@@ -336,7 +356,7 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
             sizes = tf.reshape(allgather(d, process_set=process_set), [process_set.size()])
             return tf.split(dy, num_or_size_splits=sizes, axis=0)[process_set.rank()]
         return out, grad
-    return forward(tensor)
+    return _differentiable(forward, [tensor])
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
@@ -348,17 +368,17 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     name = _graph_name('HorovodBroadcast', [tensor], name)
     from ringfold.basics import rank
 
-    @tf.custom_gradient
     def forward(x):
         out, = _run('broadcast', lambda a: [_wait(_np_simple_start(_lib.BROADCAST, a, name, ps_id,
-                                                                    root=root))], [x], [x.dtype])
+                                                                    root=root))], [x], [x.dtype],
+                    name)
         out.set_shape(x.shape)
 
         def grad(dy):
             reduced = _allreduce(dy, op=Average, process_set=process_set)
             return reduced if rank() == root_rank else reduced * 0
         return out, grad
-    return forward(tensor)
+    return _differentiable(forward, [tensor])
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False):
@@ -382,9 +402,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ign
                                                nsplits=nranks))
         return [out, received]
 
-    @tf.custom_gradient
     def forward(x):
-        out, received = _run('alltoall', run, [x, splits_t], [x.dtype, tf.int32])
+        out, received = _run('alltoall', run, [x, splits_t], [x.dtype, tf.int32], name)
         out.set_shape(tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else None)
         received.set_shape([nranks])
 
@@ -396,7 +415,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ign
             pad = tf.shape(x)[0] - tf.shape(back)[0]
             return tf.concat([back, tf.zeros(tf.concat([[pad], tf.shape(back)[1:]], 0), back.dtype)], 0)
         return (out, received), grad
-    out, received = forward(tensor)
+    out, received = _differentiable(forward, [tensor])
     return (out, received) if splits is not None else out
 
 
@@ -410,11 +429,11 @@ def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set, pr
     name = _graph_name('HorovodReducescatter', [tensor], name)
     prescale, postscale = float(prescale_factor), float(postscale_factor)
 
-    @tf.custom_gradient
     def forward(x):
         out, = _run('reducescatter',
                     lambda a: [_wait(_np_simple_start(_lib.REDUCESCATTER, a, name, ps_id, op,
-                                                      prescale, postscale))], [x], [x.dtype])
+                                                      prescale, postscale))], [x], [x.dtype],
+                    name)
         out.set_shape(tf.TensorShape([None]).concatenate(x.shape[1:]) if x.shape.rank else None)
 
         def grad(dy):
@@ -426,7 +445,7 @@ def _reducescatter(tensor, name=None, op=Sum, process_set=global_process_set, pr
                 dy *= postscale
             return allgather(dy, process_set=process_set)
         return out, grad
-    return forward(tensor)
+    return _differentiable(forward, [tensor])
 
 
 def join(process_set=global_process_set):
