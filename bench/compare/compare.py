@@ -129,6 +129,11 @@ PREFIX = []
 
 def run_one(cmd, env, timeout):
     """Runs cmd in its own session; returns stdout. Raises RunError on failure or timeout."""
+    if PREFIX:
+        # Real-time ranks that spin are throttled once they hold a core for 95% of a second
+        # (sched_rt_runtime_us): back-to-back launches would meet that 50 ms stall at the same
+        # point of each launch, in one size's short timed window. A pause keeps them under it.
+        time.sleep(0.3)
     proc = subprocess.Popen(PREFIX + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -147,6 +152,8 @@ def run_one(cmd, env, timeout):
 def run_many(cmds, timeout):
     """Starts every (cmd, env) at once (the ranks of one job); returns rank 0's stdout."""
     procs = []
+    if PREFIX:
+        time.sleep(0.3)  # as in run_one
     try:
         for cmd, env in cmds:
             procs.append(subprocess.Popen(PREFIX + cmd, env=env, stdout=subprocess.PIPE,
