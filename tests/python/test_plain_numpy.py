@@ -18,6 +18,26 @@ def test_import_ringfold_loads_no_framework():
     subprocess.run([sys.executable, '-c', code], check=True)
 
 
+@pytest.mark.parametrize('module, says', [
+    ('ringfold.tensorflow', 'needs TensorFlow >= 2.16'),
+    ('ringfold.keras', 'needs Keras >= 3'),
+    ('ringfold.mxnet', 'MXNet is retired'),
+])
+def test_framework_modules_say_what_they_need(module, says):
+    """Where the framework is absent (the plain venv has none), importing its module raises an
+    ImportError naming what to install; MXNet's always says it is retired."""
+    import importlib.util
+    import subprocess
+    import sys
+    framework = module.split('.')[1]
+    if framework != 'mxnet' and importlib.util.find_spec(framework) is not None:
+        pytest.skip(f'{framework} is installed here')
+    code = f'import {module}'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert 'ImportError' in out.stderr and says in out.stderr, out.stderr[-1000:]
+
+
 def test_topology():
     assert rf.is_initialized()
     assert 0 <= rf.rank() < rf.size()

@@ -34,7 +34,11 @@ Contract
 """
 import numpy as np
 
-import keras as _keras
+try:
+    import keras as _keras
+except ImportError as e:  # ringfold itself needs no Keras: say what this module needs
+    raise ImportError('ringfold.keras needs Keras >= 3 with the tensorflow or torch backend (tested with '
+                      'Keras 3.15): pip install keras tensorflow-cpu (or torch); %s' % e) from e
 
 if int(_keras.__version__.split('.')[0]) < 3:
     raise ImportError(

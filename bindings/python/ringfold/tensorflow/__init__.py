@@ -26,7 +26,11 @@ docs/tensorflow.md):
 """
 import warnings
 
-import tensorflow as tf
+try:
+    import tensorflow as tf
+except ImportError as e:  # ringfold itself needs no TensorFlow: say what this module needs
+    raise ImportError('ringfold.tensorflow needs TensorFlow >= 2.16 (tested with 2.21): '
+                      'pip install tensorflow-cpu (or tensorflow); %s' % e) from e
 
 _TF_VERSION = tuple(int(x) for x in tf.__version__.split('.')[:2] if x.isdigit())
 if _TF_VERSION < (2, 16):
