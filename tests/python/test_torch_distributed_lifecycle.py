@@ -135,7 +135,10 @@ def test_naming_the_backend_is_enough():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(('RINGFOLD_', 'HOROVOD_', 'OMPI_', 'PMI_'))}
+    # Only what locates Python and the package: a launcher's variables (torchrun's agent store,
+    # ringfoldrun's rank) would make this process a member of the surrounding job.
+    keep = ('PATH', 'PYTHONPATH', 'HOME', 'LD_LIBRARY_PATH', 'TMPDIR', 'LANG')
+    env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', LOCAL_WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
                MASTER_PORT=str(port))
     code = ("import sys, torch, torch.distributed as dist\n"
