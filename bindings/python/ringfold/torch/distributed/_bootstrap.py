@@ -36,6 +36,7 @@ import threading
 
 from ringfold import _lib, _ops
 from ringfold import process_sets as _ps
+from ringfold.basics import _free_port, _port_is_free
 
 _lock = threading.Lock()
 _starts = 0          # engines started through torch's store by this process (same on every rank)
@@ -49,22 +50,6 @@ def _getenv(*names):
         if v:
             return v
     return None
-
-
-def _port_is_free(port):
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # as ringfold's store binds
-        try:
-            s.bind(('0.0.0.0', port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('0.0.0.0', 0))
-        return s.getsockname()[1]
 
 
 def _tcp_store_host(store):
