@@ -72,6 +72,19 @@ if(RINGFOLD_HAVE_CUDA)
   endif()
 endif()
 
+# The NCCL drop-ins (bindings/nccl, bindings/nccl_net) are built against NVIDIA's own nccl.h
+# (the CUDA toolkit's, or RINGFOLD_NCCL_INCLUDE_DIR), so that every enum and struct they export
+# is checked against it. nccl.h includes cuda_runtime.h, so the toolkit's headers must be there
+# too; the CUDA runtime itself is optional (without it the library serves host memory only).
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${RINGFOLD_NCCL_INCLUDE_DIR} /usr/local/cuda/include)
+find_path(CUDA_RUNTIME_INCLUDE_DIR cuda_runtime.h HINTS ${NCCL_INCLUDE_DIR} /usr/local/cuda/include)
+if(NCCL_INCLUDE_DIR AND CUDA_RUNTIME_INCLUDE_DIR)
+  set(NCCL_H_FOUND TRUE)
+else()
+  set(NCCL_H_FOUND FALSE)
+endif()
+rf_resolve_option(RINGFOLD_WITH_NCCL_API NCCL_H_FOUND RINGFOLD_HAVE_NCCL_API)
+
 find_package(cxxopts CONFIG QUIET)
 if(RINGFOLD_BUILD_TESTS)
   find_package(GTest REQUIRED)
