@@ -164,11 +164,7 @@ AlgorithmSet AlgorithmSet::all() {
   return s;
 }
 
-AlgorithmSet AlgorithmSet::automatic() {
-  AlgorithmSet s = all();
-  s.remove(AllreduceAlgorithm::kHierarchical);
-  return s;
-}
+AlgorithmSet AlgorithmSet::automatic() { return all(); }
 
 AlgorithmSet AlgorithmSet::parse(const std::string& spec) {
   std::string s = lower(spec);

@@ -71,17 +71,14 @@ struct JobShape {
   bool homogeneous = true;    // every host runs localSize ranks
 };
 
-// Algorithms RINGFOLD_ALGO allows: "auto" (ring, direct and tree), a comma-separated list
-// ("ring,tree", "hierarchical,tree"), or a list to exclude from auto's after "^" ("^tree");
-// case-insensitive, as NCCL_ALGO. A leading "allreduce:" is accepted. Hierarchical is chosen only
-// when named here or asked for by RINGFOLD_HIERARCHICAL_ALLREDUCE=1: its sub-communicators do not
-// share the job's liveness yet, so an abort on the job's devices reaches a rank waiting in a
-// hierarchical phase only at its timeout. Throws InvalidArgument naming the variable and the
-// unknown name.
+// Algorithms RINGFOLD_ALGO allows: "auto" (every algorithm: ring, direct, tree and, where the
+// job fits it, hierarchical), a comma-separated list ("ring,tree", "hierarchical,tree"), or a
+// list to exclude from auto's after "^" ("^tree"); case-insensitive, as NCCL_ALGO. A leading
+// "allreduce:" is accepted. Throws InvalidArgument naming the variable and the unknown name.
 class AlgorithmSet {
  public:
   static AlgorithmSet all();       // every algorithm
-  static AlgorithmSet automatic();  // auto's: ring, direct, tree
+  static AlgorithmSet automatic();  // auto's: all of them
   static AlgorithmSet parse(const std::string& spec);
   void add(AllreduceAlgorithm a) { bits_ |= 1u << static_cast<int>(a); }
   bool has(AllreduceAlgorithm a) const { return (bits_ >> static_cast<int>(a)) & 1u; }

@@ -179,7 +179,29 @@ HostSplit& Communicator::hostSplit() {
   std::vector<std::string> ids(size_);
   for (int r = 0; r < size_; ++r) ids[r] = "host" + std::to_string(hostOf_[r]);
   hostSplit_ = std::make_unique<HostSplit>(splitByHost(*this, ids[rank_], "hosts"));
+  hostSplit_->local->followAborts(*this);
+  hostSplit_->cross->followAborts(*this);
   return *hostSplit_;
+}
+
+void Communicator::followAborts(Communicator& parent) {
+  RF_ENFORCE(&parent != this && parent.upstream_ != this, "followAborts: a communicator cannot follow itself");
+  upstream_ = &parent;
+  // Called from inside this device's waits, at least every ~1 ms: the parent's device is driven
+  // at most that often (its progress is a syscall-free peek on every backend, but not free).
+  device_->setWaitHook([this, next = std::chrono::steady_clock::time_point{}]() mutable {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next) return;
+    next = now + std::chrono::milliseconds(1);
+    upstream_->device().progress();
+    if (std::exception_ptr reason = upstreamAbort()) std::rethrow_exception(reason);
+  });
+}
+
+std::exception_ptr Communicator::upstreamAbort() const {
+  if (upstream_ == nullptr || !upstream_->device().aborted()) return nullptr;
+  std::exception_ptr reason = upstream_->device().abortReason();
+  return reason ? reason : makeError(transport::ErrorKind::kIo, -1, "the enclosing communicator was aborted");
 }
 
 void Communicator::setModel(const coll::ModelConstants& model) {
@@ -273,6 +295,18 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
     // Another rank aborted first; its reason is what every rank reports.
     final = device_->abortReason();
     if (!final || isLocalTransportFailure(final)) final = error;
+  } else if (std::exception_ptr upstream = upstreamAbort()) {
+    // The group this one runs inside was aborted: its reason, word for word, is what this
+    // group's peers hear and what every rank reports.
+    std::string reason;
+    int culprit = -1;
+    const transport::ErrorKind upstreamKind = transport::describeError(upstream, reason, culprit);
+    try {
+      device_->abort(upstreamKind, reason);
+    } catch (const std::exception& e) {
+      RF_LOG(kWarning) << "abort failed: " << e.what();
+    }
+    final = upstream;
   } else {
     std::string mine = text;
     if (kind == transport::ErrorKind::kIo && std::string_view(text).rfind(collective, 0) != 0) {

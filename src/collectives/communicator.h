@@ -111,8 +111,16 @@ class Communicator {
   // Sets hostOf() from every rank's host id (equal ids: one host; "-": a host of its own).
   void setHostIds(const std::vector<std::string>& ids);
   // The communicators of this rank's host and of its local rank across hosts (collective over
-  // every rank, built on first use with split(); needs hostOf() and the store).
+  // every rank, built on first use with split(); needs hostOf() and the store). Both follow
+  // this communicator's aborts (followAborts).
   HostSplit& hostSplit();
+
+  // For a group whose collectives run inside `parent`'s (hostSplit's): its blocking waits also
+  // drive `parent`'s device (about every millisecond), and once `parent` is aborted they fail
+  // with `parent`'s reason, which this group's peers are told word for word. So an abort on
+  // the job's communicator reaches a rank waiting in a phase of a hierarchical allreduce at
+  // once, not at that phase's timeout. `parent` must outlive this communicator.
+  void followAborts(Communicator& parent);
 
   // The allreduce cost model's constants (allreduce_model.h): measured by fromEnvironment(),
   // defaults otherwise; split() passes them on.
@@ -173,6 +181,8 @@ class Communicator {
   // Aborts the device with the error's kind and message, releases what is in flight, and
   // throws the error every rank of the group throws.
   [[noreturn]] void fail(const char* collective, std::exception_ptr error);
+  // The reason `parent` (followAborts) was aborted with; null while it was not (or no parent).
+  std::exception_ptr upstreamAbort() const;
 
   std::vector<std::shared_ptr<void>> keepAlive_;  // first member: destroyed last
   std::shared_ptr<rendezvous::Store> store_;
@@ -194,6 +204,7 @@ class Communicator {
   std::vector<std::vector<std::byte>> scratch_;
   InFlight inflight_;
   std::exception_ptr error_;  // the error this communicator failed with
+  Communicator* upstream_ = nullptr;  // followAborts(): the group this one runs inside
 };
 
 }  // namespace ringfold

@@ -5,14 +5,16 @@
 //                          recvbuf, no final scale;
 //   cross allreduce      : in place on that block, with the call's final scale;
 //   local allgather      : in place over recvbuf, every rank's block to every rank.
-// A failure in one phase aborts the other group too, so that ranks waiting in it (on this host
-// or across hosts) fail at once instead of at their timeout.
+// A failure in one phase aborts the other group and the job's communicator with the same
+// words, so that ranks waiting anywhere fail at once with one reason instead of at their
+// timeout; an abort of the job's communicator reaches the groups through followAborts().
 #include <exception>
 
 #include "collectives/allreduce_algorithms.h"
 #include "collectives/pipeline.h"
 #include "collectives/topology.h"
 #include "common/error.h"
+#include "common/logging.h"
 
 namespace ringfold::coll {
 
@@ -60,16 +62,20 @@ void hierarchicalAllreduce(Communicator& comm, const AllreduceChoice& choice, co
       execute(local, *crossEnd->schedule, a);
     });
   } catch (...) {
-    // Tell the group this rank did not fail in (a failed group is aborted already).
-    std::string why = "unknown error";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-    }
-    for (Communicator* group : {&local, &cross}) {
-      if (!group->failed()) group->device().abort(transport::ErrorKind::kIo, "allreduce failed on rank " + std::to_string(comm.rank()) + ": " + why);
+    // The failed group is aborted already, by its guard. Abort this rank's other group and the
+    // job's communicator with the same words, so that every rank reports one reason: ranks in
+    // the other group fail at once, and the job's abort reaches everyone else through the
+    // groups' followAborts() (this rank's own job-level guard then reports that reason).
+    std::string why;
+    int culprit = -1;
+    const transport::ErrorKind kind = transport::describeError(std::current_exception(), why, culprit);
+    for (Communicator* group : {&local, &cross, &comm}) {
+      if (group->failed()) continue;
+      try {
+        group->device().abort(kind, why);
+      } catch (const std::exception& e) {
+        RF_LOG(kWarning) << "abort failed: " << e.what();
+      }
     }
     throw;
   }

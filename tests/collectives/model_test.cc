@@ -19,14 +19,14 @@ using coll::AlgorithmSet;
 using A = AllreduceAlgorithm;
 
 TEST(AllreduceModel, AlgorithmSetSyntaxIsNcclAlgos) {
-  EXPECT_EQ(AlgorithmSet::parse("auto").text(), "ring,direct,tree");  // hierarchical only when asked
-  EXPECT_EQ(AlgorithmSet::parse("").text(), "ring,direct,tree");
+  EXPECT_EQ(AlgorithmSet::parse("auto").text(), "ring,direct,tree,hierarchical");
+  EXPECT_EQ(AlgorithmSet::parse("").text(), "ring,direct,tree,hierarchical");
   EXPECT_EQ(AlgorithmSet::parse("hierarchical,tree").text(), "tree,hierarchical");
   EXPECT_EQ(AlgorithmSet::parse("ring").text(), "ring");
   EXPECT_TRUE(AlgorithmSet::parse("ring").single());
   EXPECT_EQ(AlgorithmSet::parse("Tree, RING").text(), "ring,tree");
-  EXPECT_EQ(AlgorithmSet::parse("^tree").text(), "ring,direct");
-  EXPECT_EQ(AlgorithmSet::parse("^Ring,Direct").text(), "tree");
+  EXPECT_EQ(AlgorithmSet::parse("^tree").text(), "ring,direct,hierarchical");
+  EXPECT_EQ(AlgorithmSet::parse("^Ring,Direct,hierarchical").text(), "tree");
   EXPECT_EQ(AlgorithmSet::parse("allreduce:tree").text(), "tree");
   try {
     AlgorithmSet::parse("ring,nvls");
@@ -35,7 +35,8 @@ TEST(AllreduceModel, AlgorithmSetSyntaxIsNcclAlgos) {
     EXPECT_NE(std::string(e.what()).find("RINGFOLD_ALGO"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'nvls'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(AlgorithmSet::parse("^ring,direct,tree"), InvalidArgument);
+  EXPECT_EQ(AlgorithmSet::parse("^ring,direct,tree").text(), "hierarchical");
+  EXPECT_THROW(AlgorithmSet::parse("^ring,direct,tree,hierarchical"), InvalidArgument);
 }
 
 TEST(AllreduceModel, ConstantsFileRoundTripsAndNamesBadKeys) {
@@ -113,6 +114,7 @@ TEST(AllreduceModel, ChoiceOnCannedConstants) {
   const coll::AllreduceChoice h = pick(hosts4x2, 1 << 20, "ring,hierarchical");
   EXPECT_EQ(h.algorithm, A::kHierarchical);
   EXPECT_EQ(pick(hosts4x2, 1 << 20, "hierarchical,tree").cross, A::kTree);
+  EXPECT_EQ(pick(hosts4x2, 1 << 20, "auto").algorithm, A::kHierarchical);  // auto considers it too
   // Hierarchical does not apply on one host, with one rank per host, or with uneven hosts.
   EXPECT_LT(coll::predictAllreduce(m, host2, 1 << 20, A::kHierarchical, seg).seconds, 0);
   EXPECT_LT(coll::predictAllreduce(m, hosts8, 1 << 20, A::kHierarchical, seg).seconds, 0);

@@ -62,9 +62,9 @@ TEST_F(PerPeerProcesses, FrozenRankIsNamedDirect) { victimScenario(1, true, Allr
 // Ranks 2 and 3 share only tcp_uring with rank 1: they get its text because rank 0 spreads it
 // to tcp_uring, and rank 3 (waiting on rank 2 over unix_uring) because its own device spreads
 // it from tcp_uring to unix_uring; without that they would time out on the frozen rank 1.
-TEST_F(PerPeerProcesses, AbortOnOneBackendReachesRanksOnlyOnTheOther) {
+void abortScenario(AllreduceAlgorithm algorithm) {
   Job job(
-      [](Communicator& comm, auto& say) {
+      [algorithm](Communicator& comm, auto& say) {
         std::vector<float> buf(1 << 18, 1.0f);
         for (int iter = 0;; ++iter) {
           if (comm.rank() == 1 && iter == 5) {
@@ -80,6 +80,7 @@ TEST_F(PerPeerProcesses, AbortOnOneBackendReachesRanksOnlyOnTheOther) {
           AllreduceOptions o;
           o.sendbuf = o.recvbuf = buf.data();
           o.count = buf.size();
+          o.algorithm = algorithm;
           try {
             allreduce(comm, o);
           } catch (const Error& e) {
@@ -99,6 +100,13 @@ TEST_F(PerPeerProcesses, AbortOnOneBackendReachesRanksOnlyOnTheOther) {
     EXPECT_LT(std::chrono::duration<double>(rep.at - hit).count(), 5.0) << "rank " << r << " (RINGFOLD_TIMEOUT=10)";
   }
 }
+
+TEST_F(PerPeerProcesses, AbortOnOneBackendReachesRanksOnlyOnTheOther) { abortScenario(AllreduceAlgorithm::kAuto); }
+
+// The same abort while the survivors wait inside the phases of a hierarchical allreduce, on the
+// groups of their host and of their local rank: the job's abort reaches them through those
+// groups' followAborts(), with the aborting rank's words.
+TEST_F(PerPeerProcesses, AbortReachesRanksInsideHierarchicalPhases) { abortScenario(AllreduceAlgorithm::kHierarchical); }
 
 }  // namespace
 }  // namespace ringfold::test
