@@ -72,7 +72,7 @@ class PhaseRun {
         }
         int behind = -1;
         for (int l = 1; l < lanes_; ++l) {
-          if (processed_[l] < lane_[l].units && (behind < 0 || processed_[l] < processed_[behind])) behind = l;
+          if (processed_[l] < lane_[l].units && (behind < 0 || sooner(l, behind))) behind = l;
         }
         if (behind < 0) break;
         if (!any) co_await step(behind);
@@ -95,7 +95,7 @@ class PhaseRun {
   Task step(int l) {
     Posting p;
     if (posted_[l] == processed_[l]) {  // only a gate's send is left to wait for
-      for (p = Posting{true}; !postReceives(p);) co_await w_.until(p.wait);
+      for (p = Posting{true, 0, -1, l}; !postReceives(p);) co_await w_.until(p.wait);
     }
     RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
     // process(l, u): wait for the receives, retire foldAfterOwn, fold, forward (twice).
@@ -125,6 +125,11 @@ class PhaseRun {
     if (receivesDue()) {
       for (p = Posting{false}; !postReceives(p);) co_await w_.until(p.wait);
     }
+  }
+
+  // The executor's sooner(l, m).
+  bool sooner(int l, int m) const {
+    return processed_[l] != processed_[m] ? processed_[l] < processed_[m] : lane_[l].lateness < lane_[m].lateness;
   }
 
   // The executor's ready(l, u): every receive of posted unit u has its message by now.
@@ -264,9 +269,10 @@ class PhaseRun {
   // a gate's blocking retire must wait until p.wait, after which the caller calls again and it
   // goes on in the lane where it stopped, as the executor's loop does after its wait.
   struct Posting {
-    bool block = false;
+    bool block = false;  // the executor's postReceives(blockLane): block in lane blockLane
     int lane = 0;
     double wait = -1;
+    int blockLane = -1;
   };
   bool postReceives(Posting& p) {
     for (; p.lane < lanes_; ++p.lane) {
@@ -275,7 +281,7 @@ class PhaseRun {
       while (posted_[l] < lane.units && posted_[l] < processed_[l] + lane.window) {
         const Ahead& ahead = unitAt(l, posted_[l]);
         const sched::Unit& un = ahead.unit;
-        if (!open(un.gate, p.block, p.wait)) {
+        if (!open(un.gate, p.block && l == p.blockLane, p.wait)) {
           if (p.wait >= 0) return false;
           break;
         }
@@ -290,7 +296,7 @@ class PhaseRun {
         }
         units_[l][posted_[l] % units_[l].size()] = un;
         ++posted_[l];
-        p.block = false;
+        if (l == p.blockLane) p.block = false;
       }
     }
     return true;

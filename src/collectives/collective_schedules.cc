@@ -198,8 +198,12 @@ TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size
   const Range half[2] = {chunk(count, 2, 0), chunk(count, 2, 1)};
   const size_t perTree[2] = {segmentCount(half[0].length, segElems), segmentCount(half[1].length, segElems)};
   slotElems_ = std::max<size_t>(1, std::min(segElems, half[0].length));
+  // A segment's reduce reaches this rank about height(t) hops after its leaves sent it: where
+  // this rank is interior in both trees (odd n), the shallower subtree's segment k comes first
+  // in lane 0, or its fold and forward would wait for the deeper one's.
+  const int first = treeHeight(rank, n, 1) < treeHeight(rank, n, 0) ? 1 : 0;
   for (size_t k = 0; k < std::max(perTree[0], perTree[1]); ++k) {
-    for (int t = 0; t < 2; ++t) {
+    for (int t : {first, 1 - first}) {
       if (k >= perTree[t]) continue;
       const size_t g = segments_.size();
       const bool interior = node_[t].children() > 0;
@@ -213,7 +217,9 @@ TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size
 
 Lane TreeAllreduceSchedule::lane(int l) const {
   if (l == 0) return Lane{1 + up_.size(), kUpWindow, 2, slotElems_};
-  return Lane{down_[l - 1].size(), kDownWindow, 1, 0};
+  // A segment comes down tree t about depth(t) hops after its root has it; both roots finish
+  // their reduce at about the same time.
+  return Lane{down_[l - 1].size(), kDownWindow, 1, 0, treeDepth(rank_, n_, l - 1)};
 }
 
 OwnSend TreeAllreduceSchedule::ownSend(size_t i) const {

@@ -37,11 +37,11 @@ class Run {
 
   void go() {
     if (pace_.receivesFirst) {
-      postReceives(false);
+      postReceives(-1);
       topUp(false);
     } else {
       topUp(false);
-      postReceives(false);
+      postReceives(-1);
     }
     if (pace_.interleaveLanes) {
       interleaved();
@@ -56,7 +56,8 @@ class Run {
 
  private:
   // Lane 0 in order; a unit of a later lane as soon as its receives are in, between lane-0
-  // units; once lane 0 is done, the later lane that is furthest behind waits for its next.
+  // units; once lane 0 is done, the later lane that is furthest behind (the least late of
+  // those: Lane::lateness) waits for its next.
   void interleaved() {
     for (;;) {
       bool any = false;
@@ -72,23 +73,28 @@ class Run {
       }
       int behind = -1;
       for (int l = 1; l < lanes_; ++l) {
-        if (processed_[l] < lane_[l].units && (behind < 0 || processed_[l] < processed_[behind])) behind = l;
+        if (processed_[l] < lane_[l].units && (behind < 0 || sooner(l, behind))) behind = l;
       }
       if (behind < 0) return;
       if (!any) step(behind);
     }
   }
 
+  // Lane l's next unit is to be waited for before lane m's (interleaved()).
+  bool sooner(int l, int m) const {
+    return processed_[l] != processed_[m] ? processed_[l] < processed_[m] : lane_[l].lateness < lane_[m].lateness;
+  }
+
   // One unit of lane l: its receives posted (waiting for a gate's send if that is all that is
   // left), processed, then the next own sends and receives.
   void step(int l) {
-    if (posted_[l] == processed_[l]) postReceives(true);  // only a gate's send is left to wait for
+    if (posted_[l] == processed_[l]) postReceives(l);  // only a gate's send is left to wait for
     RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
     process(l, processed_[l]);
     ++processed_[l];
     ++processedAll_;
     topUp(false);
-    postReceives(false);
+    postReceives(-1);
   }
 
   // True when every receive of posted unit u of lane l has completed (without blocking).
@@ -180,9 +186,12 @@ class Run {
     return !g.retire || flight_->retireSend(key, block || g.block);
   }
 
-  void postReceives(bool block) {
+  // Posts every receive whose window has room and whose gate is open; in lane `blockLane`
+  // (-1: none) the first gate waits for its send to complete (that lane has nothing else).
+  void postReceives(int blockLane) {
     for (int l = 0; l < lanes_; ++l) {
       const sched::Lane& lane = lane_[l];
+      bool block = l == blockLane;
       while (posted_[l] < lane.units && posted_[l] < processed_[l] + lane.window) {
         const sched::Unit un = s_.unit(l, posted_[l]);
         if (!open(un.gate, block)) break;

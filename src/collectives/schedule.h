@@ -73,6 +73,12 @@ struct Lane {
   size_t window = 1;      // units posted ahead of the fold (and receive slots, with `group`)
   size_t group = 1;       // receives per unit (at most; Unit::receives may say fewer)
   size_t slotElems = 1;   // elements per receive slot (0: the lane receives into recvbuf only)
+  // With Pacing::interleaveLanes: how late this lane's units arrive against the other later
+  // lanes' units of the same index (the tree: this rank's depth in that lane's tree, in hops).
+  // When the executor must block for a later lane, it waits on the one furthest behind and,
+  // among those, the least late: blocking on a later arrival would hold back the forwards of
+  // an earlier one (on 8 emulated hosts, a quarter of the tree's latency at 4 KiB).
+  int lateness = 0;
 };
 
 // Pipelining parameters of a schedule (why each value: see the schedule that sets it).

@@ -86,6 +86,21 @@ TreeNode treeNode(int rank, int n, int tree) {
   return t;
 }
 
+int treeDepth(int rank, int n, int tree) {
+  int depth = 0;
+  for (int r = treeNode(rank, n, tree).parent; r >= 0; r = treeNode(r, n, tree).parent) ++depth;
+  return depth;
+}
+
+int treeHeight(int rank, int n, int tree) {
+  const TreeNode node = treeNode(rank, n, tree);
+  int height = 0;
+  for (int child : node.child) {
+    if (child >= 0) height = std::max(height, 1 + treeHeight(child, n, tree));
+  }
+  return height;
+}
+
 int disseminationRounds(int n) {
   int rounds = 0;
   for (int reach = 1; reach < n; reach *= 2) ++rounds;

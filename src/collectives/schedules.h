@@ -80,6 +80,10 @@ struct TreeNode {
   int children() const { return (child[0] >= 0) + (child[1] >= 0); }
 };
 TreeNode treeNode(int rank, int n, int tree);
+// Edges from `rank` up to the root of tree `tree` (0 at the root).
+int treeDepth(int rank, int n, int tree);
+// Edges from `rank` down to its deepest descendant in tree `tree` (0 for a leaf).
+int treeHeight(int rank, int n, int tree);
 
 // Rounds of a dissemination barrier: ceil(log2 n) (0 for n = 1).
 int disseminationRounds(int n);

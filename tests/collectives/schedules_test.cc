@@ -242,6 +242,12 @@ TEST(Schedules, DoubleBinaryTreeShape) {
         int d = 0;  // depth of r: walk up (at most n steps)
         for (int at = r; sched::treeNode(at, n, t).parent >= 0 && d <= n; ++d) at = sched::treeNode(at, n, t).parent;
         deepest = std::max(deepest, d);
+        EXPECT_EQ(sched::treeDepth(r, n, t), d) << "n=" << n << " rank " << r << " tree " << t;
+        if (n > 1 && node.parent >= 0) {
+          // The broadcast lane of tree t says how late its segments come: this rank's depth.
+          const sched::TreeAllreduceSchedule tree(r, n, 1024, 64, false);
+          EXPECT_EQ(tree.lane(1 + t).lateness, d) << "n=" << n << " rank " << r << " tree " << t;
+        }
       }
       EXPECT_EQ(roots, 1) << "n=" << n;
       EXPECT_EQ(deepest, depth) << "n=" << n << " tree " << t;

@@ -193,6 +193,24 @@ TEST(SimModel, SmallTreeLatencyGrowsWithLog2WhileRingsGrowsWithN) {
   EXPECT_GT(ring.back() / ring[2], 7.5);
 }
 
+// A small tree allreduce takes one hop per level up and one per level down: 2 ceil(log2 n)
+// hops, at every n. Before Lane::lateness, a rank that is interior in one tree and a leaf in
+// the other blocked on the leaf tree's later broadcast and forwarded the other one late, about
+// two hops more at 8 ranks (issue 19's 4 KiB latency on 8 emulated hosts); and at odd n the
+// rank interior in both trees folded the deeper subtree's segment first (one hop more).
+TEST(SimModel, SmallTreeTakesTwoHopsPerLevel) {
+  LinkModel m = freeCpu();
+  m.alphaRemote = 5e-4;
+  for (int n : {4, 5, 8, 13, 16, 64}) {
+    AllreduceCase c;
+    c.bytes = 4;
+    c.algorithm = AllreduceAlgorithm::kTree;
+    const int levels = 32 - __builtin_clz(static_cast<unsigned>(n - 1));  // ceil(log2 n)
+    const double hops = simulateAllreduce(JobShape{n, 1}, m, c).seconds / m.alphaRemote;
+    EXPECT_NEAR(hops, 2.0 * levels, 0.1) << "n=" << n;
+  }
+}
+
 TEST(SimModel, ADeadlockIsReportedNotHung) {
   const LinkModel m = freeCpu();
   // Rank 1 waits for sub 7 from rank 0, which sends sub 6: neither side can finish pairing.
