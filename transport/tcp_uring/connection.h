@@ -28,6 +28,9 @@ struct RequestState {
   uint64_t tag = 0, check = 0;
   size_t pendingFrames = 0;   // send: frames not yet released
   bool done = false;
+  // Receive only: accept any message of at most `length` bytes (same tag and check); once
+  // matched, `length` is the message's size. Off: the sizes must be equal (CheckMismatch).
+  bool upTo = false;
 };
 
 class TcpRequest final : public Request {

@@ -11,6 +11,7 @@
 //   frame.{h,cc}       the wire format, pooled frames and buffers
 //   uring_loop.{h,cc}  the io_uring (setup, submit, drain, wait)
 //   mesh.{h,cc}        the start-up mesh (listen, publish, hello/ack with tokens)
+//   pair.{h,cc}        PairLink: one link over sockets the caller connected (NCCL net plugin)
 //   interfaces.{h,cc}  which IPv4 address a TCP device listens on
 //   socket.{h,cc}      an owned descriptor and the data sockets' options
 //   kernel_view.{h,cc} what the kernel says about a peer (process state, TCP_INFO)

@@ -61,6 +61,9 @@ class DeviceState final : private liveness::Links {
   // Connects to the peers spec.peers selects (all when empty; see mesh.h); returns links
   // indexed by rank (null at `rank`, at peers not selected, and at Unix peers unreachable).
   std::vector<PeerLink*> connect(const ConnectSpec& spec);
+  // connect() without the store and mesh: `sockets[p]` are already connected (and checked) to
+  // rank p of a `sockets.size()`-rank group; defined in pair.cc (pair.h).
+  std::vector<PeerLink*> adopt(int rank, std::vector<std::vector<Socket>> sockets);
 
   int rank() const { return rank_; }
   const Options& options() const { return options_; }

@@ -228,6 +228,14 @@ Inbound* PeerLink::findActive(uint64_t msgId) {
   return nullptr;
 }
 
+// Whether receive `r` takes a message of `total` bytes with `check`; an upTo receive that does
+// takes the message's size as its length.
+static bool accepts(RequestState& r, size_t total, uint64_t check) {
+  if (r.check != check || (r.upTo ? total > r.length : total != r.length)) return false;
+  r.length = total;
+  return true;
+}
+
 Inbound* PeerLink::resolve(const FrameHeader& h) {
   ++nextResolve_;
   Inbound* m = device_.inbounds().get();
@@ -239,7 +247,7 @@ Inbound* PeerLink::resolve(const FrameHeader& h) {
   if (it != posted_.end()) {
     RequestState* r = *it;
     posted_.erase(it);
-    if (r->length != h.total || r->check != h.check) {
+    if (!accepts(*r, h.total, h.check)) {
       device_.inbounds().put(m);
       device_.poison(std::make_exception_ptr(CheckMismatch(rank_, h.tag, r->length, h.total, r->check, h.check)));
       return nullptr;
@@ -291,7 +299,7 @@ void PeerLink::postRecv(RequestState& r) {
   }
   Inbound* m = *it;
   unexpected_.erase(it);
-  if (r.length != m->total || r.check != m->check) {
+  if (!accepts(r, m->total, m->check)) {
     device_.poison(std::make_exception_ptr(CheckMismatch(rank_, m->tag, r.length, m->total, r.check, m->check)));
     unexpected_.push_front(m);  // still owned here; freed with the link
     return;
