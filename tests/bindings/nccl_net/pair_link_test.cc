@@ -1,0 +1,135 @@
+// transport/tcp_uring/pair.h, the entry point the NCCL net plugin uses: a PairLink over TCP
+// sockets connected by hand (loopback, both ends in this thread), and its receives that may be
+// larger than their message, both when the receive is posted first and when the message arrived
+// first (unexpected, buffered, then copied), large messages striped over several sockets, and a
+// message larger than its receive (CheckMismatch).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "transport/connection.h"
+#include "transport/tcp_uring/pair.h"
+
+namespace {
+
+using namespace ringfold::transport::tcp_uring;
+using Clock = std::chrono::steady_clock;
+
+// n connected loopback TCP socket pairs: {accepted side, connecting side}.
+std::pair<std::vector<Socket>, std::vector<Socket>> tcpPairs(int n) {
+  Socket l(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(l.fd(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  EXPECT_EQ(::listen(l.fd(), 16), 0);
+  socklen_t len = sizeof(sa);
+  EXPECT_EQ(::getsockname(l.fd(), reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::vector<Socket> a, c;
+  for (int i = 0; i < n; ++i) {
+    Socket s(::socket(AF_INET, SOCK_STREAM, 0));
+    EXPECT_EQ(::connect(s.fd(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    c.push_back(std::move(s));
+    a.push_back(Socket(::accept(l.fd(), nullptr, nullptr)));
+  }
+  return {std::move(a), std::move(c)};
+}
+
+// Drives both links until every request is done (or 10 s pass).
+bool drive(PairLink& x, PairLink& y, std::vector<TcpRequest*> reqs) {
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < end) {
+    bool all = true;
+    for (TcpRequest* r : reqs) all = r->test() && all;
+    if (all) return true;
+    x.progress();
+    y.progress();
+  }
+  return false;
+}
+
+std::vector<char> bytes(size_t n, char seed) {
+  std::vector<char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>(seed + i * 13);
+  return v;
+}
+
+TEST(PairLink, ReceivesLargerThanTheirMessagesPostedFirstOrLast) {
+  auto [acc, con] = tcpPairs(2);
+  PairLink recv(std::move(acc), 0), send(std::move(con), 1);
+  EXPECT_EQ(recv.socketCount(), 2u);
+  const std::vector<size_t> sizes = {0, 10, 70000, 3 << 20};  // 3 MiB is striped over both sockets
+  // Posted first: receives twice the size.
+  std::vector<std::vector<char>> in(sizes.size()), out(sizes.size());
+  std::vector<std::unique_ptr<TcpRequest>> reqs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    in[i].assign(sizes[i] * 2 + 8, '#');
+    reqs.push_back(recv.irecv(in[i].data(), in[i].size(), 100 + i));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[i] = bytes(sizes[i], static_cast<char>(i));
+    reqs.push_back(send.isend(out[i].data(), out[i].size(), 100 + i));
+  }
+  std::vector<TcpRequest*> raw;
+  for (auto& r : reqs) raw.push_back(r.get());
+  ASSERT_TRUE(drive(recv, send, raw));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(reqs[i]->state().length, sizes[i]) << i;
+    EXPECT_TRUE(std::equal(out[i].begin(), out[i].end(), in[i].begin())) << i;
+    EXPECT_EQ(in[i][sizes[i]], '#') << "wrote past the message " << i;
+  }
+  // Message first: sent and fully arrived (unexpected, buffered) before the receive is posted.
+  std::vector<std::unique_ptr<TcpRequest>> sends;
+  for (size_t i = 0; i < sizes.size(); ++i) sends.push_back(send.isend(out[i].data(), out[i].size(), 200 + i));
+  raw.clear();
+  for (auto& r : sends) raw.push_back(r.get());
+  ASSERT_TRUE(drive(recv, send, raw));
+  for (int i = 0; i < 200; ++i) recv.progress();
+  std::vector<std::unique_ptr<TcpRequest>> recvs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    in[i].assign(sizes[i] + 1, '#');
+    recvs.push_back(recv.irecv(in[i].data(), in[i].size(), 200 + i));
+  }
+  raw.clear();
+  for (auto& r : recvs) raw.push_back(r.get());
+  ASSERT_TRUE(drive(recv, send, raw));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(recvs[i]->state().length, sizes[i]) << i;
+    EXPECT_TRUE(std::equal(out[i].begin(), out[i].end(), in[i].begin())) << i;
+  }
+}
+
+TEST(PairLink, MessageLargerThanItsReceiveFails) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink recv(std::move(acc), 0), send(std::move(con), 1);
+  std::vector<char> in(10), out(11, 'x');
+  auto r = recv.irecv(in.data(), in.size(), 1);
+  auto s = send.isend(out.data(), out.size(), 1);
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  bool threw = false;
+  while (Clock::now() < end && !threw) {
+    try {
+      r->test();
+    } catch (const ringfold::transport::CheckMismatch&) {
+      threw = true;
+    }
+    send.progress();
+  }
+  EXPECT_TRUE(threw);
+  EXPECT_TRUE(recv.failed());
+  EXPECT_NE(recv.error(), nullptr);
+}
+
+TEST(PairLink, RejectsBadArguments) {
+  EXPECT_THROW(PairLink({}, 0), ringfold::InvalidArgument);
+  auto [acc, con] = tcpPairs(1);
+  EXPECT_THROW(PairLink(std::move(acc), 2), ringfold::InvalidArgument);
+}
+
+}  // namespace
