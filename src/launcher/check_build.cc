@@ -25,6 +25,12 @@
 #ifndef RF_CB_LIBFABRIC
 #define RF_CB_LIBFABRIC 0
 #endif
+#ifndef RF_CB_NCCL_API
+#define RF_CB_NCCL_API 0
+#endif
+#ifndef RF_CB_NCCL_NET
+#define RF_CB_NCCL_NET 0
+#endif
 
 namespace ringfold::launcher {
 
@@ -58,6 +64,42 @@ std::vector<std::string> listDir(const char* path) {
   }
   closedir(d);
   return names;
+}
+
+// `file` beside the libringfold this process runs (its directory, or the build tree's nccl/
+// folder), or empty.
+std::string besideLibrary(const std::string& file) {
+  Dl_info info{};
+  void* symbol = dlsym(RTLD_DEFAULT, "ringfold_version");
+  if (symbol == nullptr || dladdr(symbol, &info) == 0 || info.dli_fname == nullptr) return "";
+  std::string dir = info.dli_fname;
+  dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+  for (const std::string& at : {dir + "/" + file, dir + "/nccl/" + file}) {
+    if (access(at.c_str(), R_OK) == 0) return at;
+  }
+  return "";
+}
+
+// The NCCL drop-ins: built or not, where they are, and how each is used.
+void ncclDropIns(std::ostringstream& r) {
+  r << "\nAvailable NCCL drop-ins:\n";
+  if (RF_CB_NCCL_API) {
+    const std::string at = besideLibrary("libnccl.so.2");
+    r << line(!at.empty(), "libnccl.so.2",
+              at.empty() ? "built, but not found beside libringfold"
+                         : "NCCL's C API over ringfold: LD_PRELOAD=" + at + " (docs/nccl.md)");
+  } else {
+    r << line(false, "libnccl.so.2", "not built: nccl.h was not found (RINGFOLD_WITH_NCCL_API)");
+  }
+  if (RF_CB_NCCL_NET) {
+    const std::string at = besideLibrary("libnccl-net-ringfold.so");
+    r << line(!at.empty(), "NCCL net plugin",
+              at.empty() ? "built, but not found beside libringfold"
+                         : "NCCL_NET_PLUGIN=ringfold with " + at.substr(0, at.rfind('/')) +
+                               " on LD_LIBRARY_PATH (docs/nccl_net.md)");
+  } else {
+    r << line(false, "NCCL net plugin", "not built: it needs the io_uring transport (RINGFOLD_WITH_NCCL_API)");
+  }
 }
 
 // Lines "name found submodule" from python3, or the error text.
@@ -156,6 +198,7 @@ std::string checkBuildReport(const std::string& version) {
     }
   }
   if (!any) r << line(false, "Python ringfold", ran ? "no answer from python3" : "python3 did not run");
+  ncclDropIns(r);
   return r.str();
 }
 

@@ -75,6 +75,15 @@ TEST(Ringfoldrun, CheckBuildSaysWhichRdmaFabricThisHostWouldUse) {
   EXPECT_TRUE(contains(f.out, "RDMA hardware")) << f.out;
   EXPECT_TRUE(contains(f.out, "  ibverbs")) << f.out;
   EXPECT_TRUE(contains(f.out, "  libfabric")) << f.out;
+  // The NCCL drop-ins: built in this tree when nccl.h and io_uring were found, found beside
+  // libringfold (the build tree keeps libnccl.so.2 in nccl/).
+  EXPECT_TRUE(contains(f.out, "Available NCCL drop-ins:")) << f.out;
+#if RF_TEST_NCCL_API
+  EXPECT_TRUE(contains(f.out, "[X] libnccl.so.2")) << f.out;
+#endif
+#if RF_TEST_NCCL_NET
+  EXPECT_TRUE(contains(f.out, "[X] NCCL net plugin")) << f.out;
+#endif
 }
 
 TEST(Ringfoldrun, CommandThatCannotRunExits127) {
