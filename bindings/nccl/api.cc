@@ -190,6 +190,7 @@ ncclResult_t splitInit(ncclComm_t parent, ncclComm_t* newcomm, std::vector<int> 
 void stopComm(ncclComm_t c, const std::string& why) {
   c->abortRequested.store(true);
   c->joinInit();
+  ringfold::nccl::requestStop(c, why);
   std::lock_guard<std::mutex> lock(c->opMutex);
   if (c->comm && !c->comm->failed()) {
     try {

@@ -383,7 +383,7 @@ ncclResult_t runOnComm(ncclComm* c, std::vector<Op> ops) {
   std::lock_guard<std::mutex> lock(c->opMutex);
   try {
     Communicator& comm = c->ready(true);
-    if (c->abortRequested.load()) throw IoError(-1, "ncclCommAbort was called on rank " + std::to_string(c->rank));
+    if (c->abortRequested.load()) throw IoError(-1, abortText(c));
     for (const Op& o : ops) requireNotCapturing(o.stream);
     // Device buffers of a single allreduce or broadcast: ringfold's GpuStaging.
     if (ops.size() == 1 && (ops[0].kind == OpKind::kAllReduce || ops[0].kind == OpKind::kBroadcast)) {

@@ -254,16 +254,23 @@ void startInit(NcclComm* comm, InitSpec spec) {
 }
 
 void installAbortHook(NcclComm* c) {
-  c->comm->device().setWaitHook([c] {
-    if (c->abortRequested.load(std::memory_order_relaxed)) {
-      throw IoError(-1, "ncclCommAbort was called on rank " + std::to_string(c->rank));
-    }
-  });
+  c->comm->watchAbortRequests();
+  if (c->abortRequested.load()) requestStop(c, abortText(c));  // Abort came during init
+}
+
+std::string abortText(const NcclComm* c) { return "ncclCommAbort was called on rank " + std::to_string(c->rank); }
+
+void requestStop(NcclComm* c, const std::string& why) {
+  c->abortRequested.store(true);
+  // Its waits (and those of the groups it splits into for a hierarchical allreduce) fail within
+  // ~1 ms: Communicator::requestAbort is safe from any thread.
+  if (c->comm) c->comm->requestAbort(why);
 }
 
 void abortComm(NcclComm* c) {
   c->abortRequested.store(true);
   c->joinInit();  // connect is bounded by RINGFOLD_START_TIMEOUT
+  requestStop(c, abortText(c));
   {
     std::lock_guard<std::mutex> lock(c->opMutex);  // a running call bails out within ~1 ms
     if (c->comm && !c->comm->failed()) {

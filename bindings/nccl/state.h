@@ -7,9 +7,9 @@
 //               has finished (init runs on a thread of its own: non-blocking init returns at
 //               once and ncclCommGetAsyncError reports ncclInProgress until it is done).
 //   op lock   : every call that runs on the communicator (a collective, a group's batch)
-//               holds NcclComm::opMutex. ncclCommAbort sets `abortRequested`; the wait hook
-//               installed on the communicator's device throws from inside any blocking wait
-//               (every ~1 ms), so a collective stuck in another thread fails at once, its
+//               holds NcclComm::opMutex. ncclCommAbort sets `abortRequested` and asks the
+//               Communicator to abort (requestAbort), whose waits then throw from inside any
+//               blocking wait (every ~1 ms, also in a hierarchical allreduce's groups), so a collective stuck in another thread fails at once, its
 //               guarded() tells every peer, and it releases the lock; Abort then frees the
 //               communicator. An idle communicator is aborted by Abort itself.
 //   asyncError: ncclInProgress while init runs, then ncclSuccess, then the error of the first
@@ -137,8 +137,13 @@ struct InitSpec {
 };
 void startInit(NcclComm* comm, InitSpec spec);
 
-// Installs the abort hook on comm's device (see "op lock").
+// Lets ncclCommAbort stop a running call (Communicator::watchAbortRequests; see "op lock").
 void installAbortHook(NcclComm* comm);
+// "ncclCommAbort was called on rank R".
+std::string abortText(const NcclComm* comm);
+// Marks the communicator aborted and makes a call running on it (in another thread) fail
+// within ~1 ms with `why`. Init must have finished (joinInit).
+void requestStop(NcclComm* comm, const std::string& why);
 // Aborts and frees.
 void abortComm(NcclComm* comm);
 

@@ -187,15 +187,44 @@ HostSplit& Communicator::hostSplit() {
 void Communicator::followAborts(Communicator& parent) {
   RF_ENFORCE(&parent != this && parent.upstream_ != this, "followAborts: a communicator cannot follow itself");
   upstream_ = &parent;
-  // Called from inside this device's waits, at least every ~1 ms: the parent's device is driven
-  // at most that often (its progress is a syscall-free peek on every backend, but not free).
-  device_->setWaitHook([this, next = std::chrono::steady_clock::time_point{}]() mutable {
-    const auto now = std::chrono::steady_clock::now();
-    if (now < next) return;
-    next = now + std::chrono::milliseconds(1);
-    upstream_->device().progress();
-    if (std::exception_ptr reason = upstreamAbort()) std::rethrow_exception(reason);
-  });
+  installWaitHook();
+}
+
+void Communicator::watchAbortRequests() { installWaitHook(); }
+
+void Communicator::requestAbort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(abortRequest_->mu);
+  if (abortRequest_->requested.load()) return;  // the first reason stands
+  abortRequest_->reason = reason;
+  abortRequest_->requested.store(true);
+}
+
+void Communicator::throwIfAbortRequested() const {
+  for (const Communicator* c = this; c != nullptr; c = c->upstream_) {
+    if (c->abortRequest_->requested.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(c->abortRequest_->mu);
+      throw IoError(-1, c->abortRequest_->reason);
+    }
+  }
+}
+
+void Communicator::installWaitHook() {
+  if (waitHook_) return;
+  waitHook_ = true;
+  device_->setWaitHook([this] { onWait(); });
+}
+
+// Called from inside this device's waits, at every turn and at least every 200 us.
+void Communicator::onWait() {
+  throwIfAbortRequested();
+  if (upstream_ == nullptr) return;
+  // The parent's device is driven at most every millisecond (its progress is a syscall-free
+  // peek on every backend, but not free).
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextUpstreamPoll_) return;
+  nextUpstreamPoll_ = now + std::chrono::milliseconds(1);
+  upstream_->device().progress();
+  if (std::exception_ptr reason = upstreamAbort()) std::rethrow_exception(reason);
 }
 
 std::exception_ptr Communicator::upstreamAbort() const {

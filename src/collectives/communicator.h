@@ -19,11 +19,13 @@
 // Contract: one thread at a time uses a communicator.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -122,6 +124,14 @@ class Communicator {
   // once, not at that phase's timeout. `parent` must outlive this communicator.
   void followAborts(Communicator& parent);
 
+  // Aborts from another thread (ncclCommAbort). After watchAbortRequests() (called once, before
+  // the communicator is used: it makes its blocking waits wake every 200 us), requestAbort()
+  // may be called from any thread: a blocking wait of this communicator, or of a group that
+  // follows it (followAborts), then fails within about a millisecond with IoError(`reason`),
+  // and so does its next collective; the failing collective's guard tells every peer.
+  void watchAbortRequests();
+  void requestAbort(const std::string& reason);
+
   // The allreduce cost model's constants (allreduce_model.h): measured by fromEnvironment(),
   // defaults otherwise; split() passes them on.
   const coll::ModelConstants& model() const { return *model_; }
@@ -166,6 +176,7 @@ class Communicator {
   void guarded(const char* collective, Body&& body) {
     checkUsable(collective);
     try {
+      throwIfAbortRequested();  // requestAbort() on an idle communicator: fail, telling every peer
       body();
     } catch (...) {
       fail(collective, std::current_exception());
@@ -183,6 +194,11 @@ class Communicator {
   [[noreturn]] void fail(const char* collective, std::exception_ptr error);
   // The reason `parent` (followAborts) was aborted with; null while it was not (or no parent).
   std::exception_ptr upstreamAbort() const;
+  // What this device's wait hook does (followAborts, watchAbortRequests); installs it once.
+  void installWaitHook();
+  void onWait();
+  // Throws the requested abort's IoError, if requestAbort() was called here or upstream.
+  void throwIfAbortRequested() const;
 
   std::vector<std::shared_ptr<void>> keepAlive_;  // first member: destroyed last
   std::shared_ptr<rendezvous::Store> store_;
@@ -205,6 +221,16 @@ class Communicator {
   InFlight inflight_;
   std::exception_ptr error_;  // the error this communicator failed with
   Communicator* upstream_ = nullptr;  // followAborts(): the group this one runs inside
+  std::chrono::steady_clock::time_point nextUpstreamPoll_{};
+  bool waitHook_ = false;
+  // requestAbort(): `requested` is read by the waiting thread without the lock; `reason` is
+  // written once, under it, before `requested` is set.
+  struct AbortRequest {
+    std::atomic<bool> requested{false};
+    std::mutex mu;
+    std::string reason;
+  };
+  std::unique_ptr<AbortRequest> abortRequest_ = std::make_unique<AbortRequest>();
 };
 
 }  // namespace ringfold

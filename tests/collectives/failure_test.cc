@@ -321,6 +321,49 @@ TEST(SilentRank, OthersTimeOut) {
   }
 }
 
+// requestAbort() from another thread (ncclCommAbort): a rank blocked on a silent peer fails at
+// once with the reason, long before its timeout, and tells the peer that then calls; a
+// communicator asked to abort while idle fails its next call the same way.
+TEST(AbortRequest, FromAnotherThreadEndsABlockedCollectiveWithItsReason) {
+  GroupOptions g;
+  g.timeout = 30s;
+  std::vector<double> seconds(2, 0);
+  auto errors = runRanks(2, [&](Communicator& comm) {
+    comm.watchAbortRequests();
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(300ms);  // rank 0 is blocked by now; rank 1 then hears of it
+      allreduceWith(comm, 5000, DataType::kFloat32, ReduceOp::kSum, AllreduceAlgorithm::kRing);
+      return;
+    }
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(100ms);
+      comm.requestAbort("stopped from another thread");
+    });
+    const auto start = Clock::now();
+    try {
+      allreduceWith(comm, 5000, DataType::kFloat32, ReduceOp::kSum, AllreduceAlgorithm::kRing);
+    } catch (...) {
+      seconds[0] = std::chrono::duration<double>(Clock::now() - start).count();
+      stopper.join();
+      throw;
+    }
+    stopper.join();
+  }, g);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(holds<IoError>(errors[r])) << describe(errors[r]);
+    EXPECT_NE(describe(errors[r]).find("stopped from another thread"), std::string::npos) << describe(errors[r]);
+  }
+  EXPECT_LT(seconds[0], 5.0);  // bounded far below the 30 s timeout (not a speed check)
+  // Idle: the next call fails, telling its peer.
+  errors = runRanks(2, [&](Communicator& comm) {
+    if (comm.rank() == 0) comm.requestAbort("stopped while idle");
+    barrier(comm);
+  }, g);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(describe(errors[r]).find("stopped while idle"), std::string::npos) << describe(errors[r]);
+  }
+}
+
 // A peer's failure reaches a rank that is between collectives: its next call throws at once.
 TEST(IdleRank, LearnsOfPeerFailure) {
   std::vector<std::string> texts(3);

@@ -103,6 +103,52 @@ void abortScenario(AllreduceAlgorithm algorithm) {
 
 TEST_F(PerPeerProcesses, AbortOnOneBackendReachesRanksOnlyOnTheOther) { abortScenario(AllreduceAlgorithm::kAuto); }
 
+// requestAbort() from another thread (ncclCommAbort) while this rank waits inside a phase of a
+// hierarchical allreduce, on its host's group: the group's waits see the job communicator's
+// request, and every rank that waits fails with its words, not at its timeout. Rank 1 takes
+// part in the first allreduce (which builds the groups), then freezes.
+TEST_F(PerPeerProcesses, AbortRequestReachesAWaitInsideAHierarchicalPhase) {
+  Job job(
+      [](Communicator& comm, auto& say) {
+        comm.watchAbortRequests();
+        std::vector<float> buf(1 << 16, 1.0f);
+        AllreduceOptions o;
+        o.sendbuf = o.recvbuf = buf.data();
+        o.count = buf.size();
+        o.algorithm = AllreduceAlgorithm::kHierarchical;
+        allreduce(comm, o);
+        if (comm.rank() == 1) {
+          say("ready");
+          raise(SIGSTOP);
+        }
+        std::thread stopper;
+        if (comm.rank() == 0) {
+          stopper = std::thread([&comm] {
+            std::this_thread::sleep_for(500ms);
+            comm.requestAbort("rank 0 was told to stop");
+          });
+        }
+        try {
+          allreduce(comm, o);
+          say("no error");
+        } catch (const Error& e) {
+          say(std::string("error ") + e.what());
+        }
+        if (stopper.joinable()) stopper.join();
+      },
+      "10");
+  job.collect({1}, 30s);
+  ASSERT_EQ(job.reports[1].line, "ready");
+  const auto start = Clock::now();
+  job.collect({0, 2, 3}, 20s);
+  for (int r : {0, 2, 3}) {
+    const Report& rep = job.reports[r];
+    ASSERT_TRUE(rep.done) << "rank " << r;
+    EXPECT_NE(rep.line.find("rank 0 was told to stop"), std::string::npos) << "rank " << r << ": " << rep.line;
+    EXPECT_LT(std::chrono::duration<double>(rep.at - start).count(), 5.0) << "rank " << r << " (RINGFOLD_TIMEOUT=10)";
+  }
+}
+
 // The same abort while the survivors wait inside the phases of a hierarchical allreduce, on the
 // groups of their host and of their local rank: the job's abort reaches them through those
 // groups' followAborts(), with the aborting rank's words.
