@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -75,7 +76,11 @@ std::string besideLibrary(const std::string& file) {
   std::string dir = info.dli_fname;
   dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
   for (const std::string& at : {dir + "/" + file, dir + "/nccl/" + file}) {
-    if (access(at.c_str(), R_OK) == 0) return at;
+    if (access(at.c_str(), R_OK) != 0) continue;
+    char* real = realpath(at.c_str(), nullptr);
+    const std::string path = real != nullptr ? real : at;
+    free(real);
+    return path;
   }
   return "";
 }
