@@ -89,6 +89,18 @@ def test_grouped():
     np.testing.assert_array_equal(out[1], np.full((2, 2), rf.size()))
 
 
+def test_scalars_keep_their_shape():
+    """A 0-d array (or numpy scalar) in gives a 0-d array out of allreduce, grouped_allreduce and
+    broadcast, as the tensor APIs do."""
+    r, n = rf.rank(), rf.size()
+    s = rf.allreduce(np.float32(r), op=rf.Sum)
+    assert s.shape == () and s == sum(range(n))
+    g = rf.grouped_allreduce([np.array(1.0), np.full(2, 1.0)], op=rf.Sum)
+    assert g[0].shape == () and g[0] == n and g[1].shape == (2,)
+    b = rf.broadcast(np.array(r, np.int64), root_rank=n - 1)
+    assert b.shape == () and b == n - 1
+
+
 def test_allgather_broadcast_alltoall_reducescatter():
     r, n = rf.rank(), rf.size()
     g = rf.allgather(np.full((r + 1, 2), r, np.int64))

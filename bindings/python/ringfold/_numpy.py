@@ -8,7 +8,9 @@ Contract
   * Arrays of any shape with dtype int8, uint8, int32, uint32, int64, uint64, float16, float32,
     float64 or bool (bool: copying collectives only). Non-contiguous inputs are copied; an
     in-place target must be C-contiguous and writeable (ValueError otherwise).
-  * Out-of-place results are new arrays; the inputs are never modified.
+  * Out-of-place results are new arrays; the inputs are never modified. allreduce, its grouped
+    form and broadcast keep a 0-d input 0-d (a numpy scalar in, a 0-d array out); the gathering
+    and splitting collectives treat it as one element.
   * root_rank is a global rank, also with a process set (as in Horovod).
 """
 import numpy as np
@@ -33,8 +35,14 @@ def _code(array):
     return code
 
 
-def _input(array):
-    array = np.ascontiguousarray(array)
+def _contiguous(array):
+    """`array` as a C-contiguous ndarray, copied only if needed; 0-d stays 0-d (which
+    np.ascontiguousarray does not keep)."""
+    return np.require(np.asarray(array), requirements='C')
+
+
+def _input(array, keep_0d=False):
+    array = _contiguous(array) if keep_0d else np.ascontiguousarray(array)
     return array, _ops.tensor(array.ctypes.data, _code(array), array.shape)
 
 
@@ -66,7 +74,7 @@ def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscal
 
 def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    src = np.ascontiguousarray(array)
+    src = _contiguous(array)
     out = np.empty_like(src)
     return _ops.enqueue_allreduce(src.ctypes.data, out.ctypes.data, _code(src), src.shape, (src, out),
                                   lambda h: out, name, op, prescale_factor, postscale_factor,
@@ -86,7 +94,7 @@ def allreduce_(array, name=None, op=Average, prescale_factor=1.0, postscale_fact
 def grouped_allreduce(arrays, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set):
     """Allreduces a list of arrays, negotiated and completed together (Horovod's groups)."""
-    srcs = [np.ascontiguousarray(a) for a in arrays]
+    srcs = [_contiguous(a) for a in arrays]
     outs = [np.empty_like(a) for a in srcs]
     names = None if name is None else ['%s.%d' % (name, i) for i in range(len(srcs))]
     handles = _ops.enqueue_grouped_allreduce(
@@ -115,7 +123,7 @@ def broadcast_async_(array, root_rank, name=None, process_set=global_process_set
 
 
 def broadcast_async(array, root_rank, name=None, process_set=global_process_set):
-    src, t_in = _input(array)
+    src, t_in = _input(array, keep_0d=True)
     out = np.empty_like(src)
     t_out = _ops.tensor(out.ctypes.data, t_in.dtype, out.shape)
     return _ops.enqueue(_lib.BROADCAST, t_in, t_out, (src, out), lambda h: out, name,
