@@ -186,19 +186,6 @@ ncclResult_t splitInit(ncclComm_t parent, ncclComm_t* newcomm, std::vector<int> 
   return launchInit(newcomm, c, std::move(spec));
 }
 
-// Stops whatever runs on `c` (its wait hook throws), then aborts its device, telling every peer.
-void stopComm(ncclComm_t c, const std::string& why) {
-  c->abortRequested.store(true);
-  c->joinInit();
-  ringfold::nccl::requestStop(c, why);
-  std::lock_guard<std::mutex> lock(c->opMutex);
-  if (c->comm && !c->comm->failed()) {
-    try {
-      c->comm->device().abort(ringfold::transport::ErrorKind::kIo, why);
-    } catch (const std::exception&) {
-    }
-  }
-}
 
 int configuredVersion() {
   static const int version = [] {
@@ -368,7 +355,7 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     if (revokeFlags != NCCL_REVOKE_DEFAULT) {
       throw NcclError(ncclInvalidArgument, "ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT");
     }
-    stopComm(comm, "ncclCommRevoke was called on rank " + std::to_string(comm->rank));
+    ringfold::nccl::stopComm(comm, "ncclCommRevoke was called on rank " + std::to_string(comm->rank));
     return ncclSuccess;
   });
 }
@@ -427,7 +414,7 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
       throw NcclError(ncclInvalidArgument, "ncclCommShrink: the calling rank is in excludeRanksList");
     }
     if (shrinkFlags & NCCL_SHRINK_ABORT) {
-      stopComm(comm, "ncclCommShrink(NCCL_SHRINK_ABORT) on rank " + std::to_string(comm->rank));
+      ringfold::nccl::stopComm(comm, "ncclCommShrink(NCCL_SHRINK_ABORT) on rank " + std::to_string(comm->rank));
     }
     std::lock_guard<std::mutex> lock(comm->opMutex);
     comm->ready(true);

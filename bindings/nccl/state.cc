@@ -267,21 +267,16 @@ void requestStop(NcclComm* c, const std::string& why) {
   if (c->comm) c->comm->requestAbort(why);
 }
 
-void abortComm(NcclComm* c) {
+void stopComm(NcclComm* c, const std::string& why) {
   c->abortRequested.store(true);
   c->joinInit();  // connect is bounded by RINGFOLD_START_TIMEOUT
-  requestStop(c, abortText(c));
-  {
-    std::lock_guard<std::mutex> lock(c->opMutex);  // a running call bails out within ~1 ms
-    if (c->comm && !c->comm->failed()) {
-      try {
-        c->comm->device().abort(transport::ErrorKind::kIo,
-                                "ncclCommAbort was called on rank " + std::to_string(c->rank));
-      } catch (const std::exception& e) {
-        RF_LOG(kWarning) << "ncclCommAbort: " << e.what();
-      }
-    }
-  }
+  requestStop(c, why);
+  std::lock_guard<std::mutex> lock(c->opMutex);  // a running call bails out within ~1 ms
+  if (c->comm) c->comm->abort(transport::ErrorKind::kIo, why);
+}
+
+void abortComm(NcclComm* c) {
+  stopComm(c, abortText(c));
   {
     std::lock_guard<std::mutex> lock(c->opMutex);
     forgetGpuStaging(c);

@@ -144,6 +144,9 @@ std::string abortText(const NcclComm* comm);
 // Marks the communicator aborted and makes a call running on it (in another thread) fail
 // within ~1 ms with `why`. Init must have finished (joinInit).
 void requestStop(NcclComm* comm, const std::string& why);
+// Stops whatever runs on `comm` (requestStop), then aborts it with `why`, telling every peer
+// (ncclCommAbort, ncclCommRevoke, ncclCommShrink with NCCL_SHRINK_ABORT).
+void stopComm(NcclComm* comm, const std::string& why);
 // Aborts and frees.
 void abortComm(NcclComm* comm);
 

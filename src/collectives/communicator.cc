@@ -314,6 +314,15 @@ void Communicator::checkUsable(const char* collective) {
   }
 }
 
+void Communicator::abort(transport::ErrorKind kind, const std::string& text) {
+  if (failed()) return;
+  try {
+    device_->abort(kind, text);
+  } catch (const std::exception& e) {
+    RF_LOG(kWarning) << "abort failed: " << e.what();
+  }
+}
+
 void Communicator::fail(const char* collective, std::exception_ptr error) {
   int peer = -1;
   std::string text;
@@ -329,23 +338,14 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
     // group's peers hear and what every rank reports.
     std::string reason;
     int culprit = -1;
-    const transport::ErrorKind upstreamKind = transport::describeError(upstream, reason, culprit);
-    try {
-      device_->abort(upstreamKind, reason);
-    } catch (const std::exception& e) {
-      RF_LOG(kWarning) << "abort failed: " << e.what();
-    }
+    abort(transport::describeError(upstream, reason, culprit), reason);
     final = upstream;
   } else {
     std::string mine = text;
     if (kind == transport::ErrorKind::kIo && std::string_view(text).rfind(collective, 0) != 0) {
       mine = detail::concat(collective, " failed on rank ", rank_, ": ", text);
     }
-    try {
-      device_->abort(kind, mine);
-    } catch (const std::exception& e) {
-      RF_LOG(kWarning) << "abort failed: " << e.what();
-    }
+    abort(kind, mine);
     // On a group that aborts atomically (loopback) a concurrent abort may have won instead.
     std::exception_ptr winner = device_->abortReason();
     if (winner && !isLocalTransportFailure(winner)) {

@@ -187,6 +187,11 @@ class Communicator {
   // True once a collective failed here or the device was aborted by a peer.
   bool failed() const { return error_ != nullptr || device_->aborted(); }
 
+  // Aborts the device with `text`, telling every peer, unless the communicator failed already
+  // (its own reason then stands). An abort that itself fails is logged, not thrown: callers
+  // are reporting a failure already.
+  void abort(transport::ErrorKind kind, const std::string& text);
+
  private:
   void checkUsable(const char* collective);
   // Aborts the device with the error's kind and message, releases what is in flight, and

@@ -14,7 +14,6 @@
 #include "collectives/pipeline.h"
 #include "collectives/topology.h"
 #include "common/error.h"
-#include "common/logging.h"
 
 namespace ringfold::coll {
 
@@ -69,14 +68,7 @@ void hierarchicalAllreduce(Communicator& comm, const AllreduceChoice& choice, co
     std::string why;
     int culprit = -1;
     const transport::ErrorKind kind = transport::describeError(std::current_exception(), why, culprit);
-    for (Communicator* group : {&local, &cross, &comm}) {
-      if (group->failed()) continue;
-      try {
-        group->device().abort(kind, why);
-      } catch (const std::exception& e) {
-        RF_LOG(kWarning) << "abort failed: " << e.what();
-      }
-    }
+    for (Communicator* group : {&local, &cross, &comm}) group->abort(kind, why);
     throw;
   }
 }

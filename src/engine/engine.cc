@@ -31,12 +31,8 @@ StatusCode codeOf(const std::exception& e) {
 // RINGFOLD_TIMEOUT for a rank that no longer negotiates.
 void abortPeers(std::vector<std::unique_ptr<ProcessSet>>& sets, int rank, const std::string& message) {
   for (auto& set : sets) {
-    if (!set || !set->included() || set->comm().failed()) continue;
-    try {
-      set->comm().device().abort(transport::ErrorKind::kIo,
-                                 detail::concat("ringfold stopped on rank ", rank, ": ", message));
-    } catch (const std::exception& e) {
-      RF_LOG(kWarning) << "abort failed: " << e.what();
+    if (set && set->included()) {
+      set->comm().abort(transport::ErrorKind::kIo, detail::concat("ringfold stopped on rank ", rank, ": ", message));
     }
   }
 }
