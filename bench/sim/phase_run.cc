@@ -46,15 +46,15 @@ class PhaseRun {
 
   // The executor's go(), with process(l, u), topUp() and postReceives() written inline: one
   // coroutine frame per rank and phase (at thousands of ranks every frame an event touches is a
-  // cache miss). Each `for (p = ...)` line is one postReceives(block) call.
+  // cache miss). Each `for (p = ...)` line is one postReceives(blockLane) call.
   Task go() {
     Posting p;
     if (pace_.receivesFirst) {
-      for (p = Posting{false}; !postReceives(p);) co_await w_.until(p.wait);
+      for (p = Posting{}; !postReceives(p);) co_await w_.until(p.wait);
       while (topUpDue(false)) co_await topUpOne();
     } else {
       while (topUpDue(false)) co_await topUpOne();
-      for (p = Posting{false}; !postReceives(p);) co_await w_.until(p.wait);
+      for (p = Posting{}; !postReceives(p);) co_await w_.until(p.wait);
     }
     if (pace_.interleaveLanes) {
       // Executor's interleaved(): lane 0 in order, a later lane's unit once its receives are in.
@@ -72,7 +72,10 @@ class PhaseRun {
         }
         int behind = -1;
         for (int l = 1; l < lanes_; ++l) {
-          if (processed_[l] < lane_[l].units && (behind < 0 || sooner(l, behind))) behind = l;
+          if (processed_[l] < lane_[l].units &&
+              (behind < 0 || sched::waitsFirst(lane_[l], processed_[l], lane_[behind], processed_[behind]))) {
+            behind = l;
+          }
         }
         if (behind < 0) break;
         if (!any) co_await step(behind);
@@ -95,7 +98,7 @@ class PhaseRun {
   Task step(int l) {
     Posting p;
     if (posted_[l] == processed_[l]) {  // only a gate's send is left to wait for
-      for (p = Posting{true, 0, -1, l}; !postReceives(p);) co_await w_.until(p.wait);
+      for (p = Posting{l}; !postReceives(p);) co_await w_.until(p.wait);
     }
     RF_ENFORCE_GT(posted_[l], processed_[l], "pipeline stalled in lane ", l);
     // process(l, u): wait for the receives, retire foldAfterOwn, fold, forward (twice).
@@ -123,13 +126,8 @@ class PhaseRun {
     ++processedAll_;
     while (topUpDue(false)) co_await topUpOne();
     if (receivesDue()) {
-      for (p = Posting{false}; !postReceives(p);) co_await w_.until(p.wait);
+      for (p = Posting{}; !postReceives(p);) co_await w_.until(p.wait);
     }
-  }
-
-  // The executor's sooner(l, m).
-  bool sooner(int l, int m) const {
-    return processed_[l] != processed_[m] ? processed_[l] < processed_[m] : lane_[l].lateness < lane_[m].lateness;
   }
 
   // The executor's ready(l, u): every receive of posted unit u has its message by now.
@@ -265,14 +263,13 @@ class PhaseRun {
     return !g.retire || retire(key, block || g.block, wait);
   }
 
-  // One call of the executor's postReceives(block) in steps: true when it is done; false when
+  // One call of the executor's postReceives(blockLane) in steps: true when it is done; false when
   // a gate's blocking retire must wait until p.wait, after which the caller calls again and it
   // goes on in the lane where it stopped, as the executor's loop does after its wait.
   struct Posting {
-    bool block = false;  // the executor's postReceives(blockLane): block in lane blockLane
+    int blockLane = -1;  // the executor's postReceives(blockLane); -1 once that lane posted one
     int lane = 0;
     double wait = -1;
-    int blockLane = -1;
   };
   bool postReceives(Posting& p) {
     for (; p.lane < lanes_; ++p.lane) {
@@ -281,7 +278,7 @@ class PhaseRun {
       while (posted_[l] < lane.units && posted_[l] < processed_[l] + lane.window) {
         const Ahead& ahead = unitAt(l, posted_[l]);
         const sched::Unit& un = ahead.unit;
-        if (!open(un.gate, p.block && l == p.blockLane, p.wait)) {
+        if (!open(un.gate, l == p.blockLane, p.wait)) {
           if (p.wait >= 0) return false;
           break;
         }
@@ -296,7 +293,7 @@ class PhaseRun {
         }
         units_[l][posted_[l] % units_[l].size()] = un;
         ++posted_[l];
-        if (l == p.blockLane) p.block = false;
+        if (l == p.blockLane) p.blockLane = -1;
       }
     }
     return true;

@@ -201,7 +201,9 @@ TreeAllreduceSchedule::TreeAllreduceSchedule(int rank, int n, size_t count, size
   // A segment's reduce reaches this rank about height(t) hops after its leaves sent it: where
   // this rank is interior in both trees (odd n), the shallower subtree's segment k comes first
   // in lane 0, or its fold and forward would wait for the deeper one's.
-  const int first = treeHeight(rank, n, 1) < treeHeight(rank, n, 0) ? 1 : 0;
+  // (Only that rank walks its subtrees: this runs for every call.)
+  const bool interiorInBoth = node_[0].children() > 0 && node_[1].children() > 0;
+  const int first = interiorInBoth && treeHeight(rank, n, 1) < treeHeight(rank, n, 0) ? 1 : 0;
   for (size_t k = 0; k < std::max(perTree[0], perTree[1]); ++k) {
     for (int t : {first, 1 - first}) {
       if (k >= perTree[t]) continue;

@@ -73,16 +73,14 @@ class Run {
       }
       int behind = -1;
       for (int l = 1; l < lanes_; ++l) {
-        if (processed_[l] < lane_[l].units && (behind < 0 || sooner(l, behind))) behind = l;
+        if (processed_[l] < lane_[l].units &&
+            (behind < 0 || sched::waitsFirst(lane_[l], processed_[l], lane_[behind], processed_[behind]))) {
+          behind = l;
+        }
       }
       if (behind < 0) return;
       if (!any) step(behind);
     }
-  }
-
-  // Lane l's next unit is to be waited for before lane m's (interleaved()).
-  bool sooner(int l, int m) const {
-    return processed_[l] != processed_[m] ? processed_[l] < processed_[m] : lane_[l].lateness < lane_[m].lateness;
   }
 
   // One unit of lane l: its receives posted (waiting for a gate's send if that is all that is

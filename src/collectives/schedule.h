@@ -81,6 +81,12 @@ struct Lane {
   int lateness = 0;
 };
 
+// The rule above: whether the executor, blocking for a later lane, waits for lane `a` (`doneA`
+// units processed) before lane `b`. The executor and the simulator both decide by it.
+inline bool waitsFirst(const Lane& a, size_t doneA, const Lane& b, size_t doneB) {
+  return doneA != doneB ? doneA < doneB : a.lateness < b.lateness;
+}
+
 // Pipelining parameters of a schedule (why each value: see the schedule that sets it).
 struct Pacing {
   size_t lead = 1;             // own sends posted ahead of the folds (kNoSend: all at once)
