@@ -187,7 +187,10 @@ void rootedExchange(Communicator& comm, const Op& o, DataType dt) {
 void runCollective(ncclComm* c, Communicator& comm, const Op& o) {
   const DataType dt = dtypeOf(o);
   switch (o.kind) {
-    case OpKind::kAllReduce: {
+    case OpKind::kAllReduce:
+    case OpKind::kReduce: {
+      // No reduce-to-root in ringfold's collectives: a reduce is an allreduce whose result only
+      // the root keeps (the others' lands in scratch).
       const Reduction red = reductionOf(c, o);
       AllreduceOptions a;
       a.sendbuf = o.sendbuf;
@@ -196,21 +199,7 @@ void runCollective(ncclComm* c, Communicator& comm, const Op& o) {
       a.dtype = dt;
       a.op = red.op;
       a.preScale = red.preScale;
-      allreduce(comm, a);
-      return;
-    }
-    case OpKind::kReduce: {
-      // No reduce-to-root in ringfold's collectives: an allreduce whose result only the root keeps.
-      const Reduction red = reductionOf(c, o);
-      AllreduceOptions a;
-      a.sendbuf = o.sendbuf;
-      a.count = o.count;
-      a.dtype = dt;
-      a.op = red.op;
-      a.preScale = red.preScale;
-      if (comm.rank() == o.root) {
-        a.recvbuf = o.recvbuf;
-      } else {
+      if (o.kind == OpKind::kReduce && comm.rank() != o.root) {
         c->hostScratch.resize(std::max(c->hostScratch.size(), o.count * dataTypeSize(dt)));
         a.recvbuf = c->hostScratch.data();
       }
