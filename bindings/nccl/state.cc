@@ -69,12 +69,6 @@ std::string storeAddress() {
   return "127.0.0.1";
 }
 
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 char gLastError[1024] = {0};
 std::mutex gLastErrorMutex;
 
@@ -86,16 +80,14 @@ void makeUniqueId(ncclUniqueId* id) {
     RF_THROW(InvalidArgument, params::kNcclStoreAddr.name, "=", host, " is too long for ncclUniqueId");
   }
   const std::string secretHex = rendezvous::generateSecret();  // 64 hex digits
-  RF_ENFORCE_EQ(secretHex.size(), 2 * kSecretBytes, "generateSecret's length");
+  const std::string secret = rendezvous::fromHex(secretHex);
+  RF_ENFORCE_EQ(secret.size(), kSecretBytes, "generateSecret's length");
   auto server = std::make_shared<rendezvous::TcpStoreServer>(host, 0, secretHex);
   std::memset(id->internal, 0, sizeof id->internal);
   std::memcpy(id->internal, kMagic, sizeof kMagic);
   const uint32_t port = static_cast<uint32_t>(server->port());
   for (int b = 0; b < 4; ++b) id->internal[kPortOffset + b] = static_cast<char>((port >> (8 * b)) & 0xff);
-  for (size_t i = 0; i < kSecretBytes; ++i) {
-    id->internal[kSecretOffset + i] =
-        static_cast<char>(hexValue(secretHex[2 * i]) * 16 + hexValue(secretHex[2 * i + 1]));
-  }
+  std::memcpy(id->internal + kSecretOffset, secret.data(), kSecretBytes);
   std::memcpy(id->internal + kHostOffset, host.data(), host.size());
   std::lock_guard<std::mutex> lock(gServersMutex);
   if (!gServers) gServers = new std::vector<std::shared_ptr<rendezvous::TcpStoreServer>>();  // never freed: lives to exit

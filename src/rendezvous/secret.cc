@@ -25,6 +25,20 @@ std::string toHex(const uint8_t* bytes, size_t n) {
   return out;
 }
 
+std::string fromHex(const std::string& text) {
+  auto digit = [&](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    RF_THROW(InvalidArgument, "'", text, "' is not hex");
+  };
+  if (text.size() % 2 != 0) RF_THROW(InvalidArgument, "'", text, "' is not hex of whole bytes (odd length)");
+  std::string out;
+  out.reserve(text.size() / 2);
+  for (size_t i = 0; i < text.size(); i += 2) out += static_cast<char>(digit(text[i]) * 16 + digit(text[i + 1]));
+  return out;
+}
+
 std::string generateSecret() {
   uint8_t raw[32];
   wire::randomBytes(raw, sizeof raw);

@@ -15,5 +15,8 @@ namespace ringfold::rendezvous {
 std::string generateSecret();
 // Lower-case hex of `n` bytes (2n characters): secrets and derived secrets.
 std::string toHex(const uint8_t* bytes, size_t n);
+// Its inverse: the bytes that hex `text` (either case) spells; throws InvalidArgument if it is
+// not hex of whole bytes.
+std::string fromHex(const std::string& text);
 
 }  // namespace ringfold::rendezvous

@@ -524,6 +524,17 @@ TEST(Secret, GeneratesDistinctHex) {
   EXPECT_NE(a, b);
 }
 
+TEST(Secret, FromHexInvertsToHexAndRefusesWhatIsNotHex) {
+  const std::string bytes("\x00\x01\x7f\x80\xfe\xff", 6);
+  const std::string text = toHex(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  EXPECT_EQ(text, "00017f80feff");
+  EXPECT_EQ(fromHex(text), bytes);
+  EXPECT_EQ(fromHex("7F80FE"), std::string("\x7f\x80\xfe", 3));
+  EXPECT_EQ(fromHex(""), "");
+  EXPECT_THROW(fromHex("abc"), InvalidArgument);
+  EXPECT_THROW(fromHex("0g"), InvalidArgument);
+}
+
 TEST(TcpStoreServer, RejectsAnEmptySecret) {
   EXPECT_THROW(TcpStoreServer("127.0.0.1", 0, ""), Error);
 }

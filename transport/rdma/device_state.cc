@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "transport/liveness/wait.h"
 #include "transport/rdma/protocol.h"
+#include "rendezvous/secret.h"
 #include "rendezvous/store.h"
 #include "transport/host_identity.h"
 #include "transport/rdma/connection.h"
@@ -32,23 +33,12 @@ constexpr auto kBlockSlice = std::chrono::milliseconds(1);
 // How long a wait sleeps at a time on a fabric without a wait fd.
 constexpr auto kSleepSlice = std::chrono::microseconds(100);
 
+// A fabric address as store text: hex, "-" for an empty one.
 std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out.empty() ? "-" : out;
+  return bytes.empty() ? "-" : rendezvous::toHex(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
-std::string unhex(const std::string& text) {
-  if (text == "-") return {};
-  RF_ENFORCE(text.size() % 2 == 0, "odd hex text");
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) out += static_cast<char>(std::stoi(text.substr(i, 2), nullptr, 16));
-  return out;
-}
+std::string unhex(const std::string& text) { return text == "-" ? std::string() : rendezvous::fromHex(text); }
 
 std::chrono::milliseconds left(Clock::time_point deadline) {
   return std::max(std::chrono::milliseconds(0),
