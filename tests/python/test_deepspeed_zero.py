@@ -28,8 +28,6 @@ order matters and the bits may differ: docs/deepspeed.md gives the figures.)
 import importlib.util
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 
@@ -53,6 +51,7 @@ if importlib.util.find_spec('deepspeed') is None:
 import psutil  # noqa: E402  (a dependency of deepspeed)
 
 from deepspeed_train import CONFIGS  # noqa: E402
+from ports import free_port_pair  # noqa: E402
 
 
 def _env(**extra):
@@ -61,21 +60,6 @@ def _env(**extra):
                PYTHONUNBUFFERED='1')
     env.update(extra)
     return env
-
-
-def _free_port_pair():
-    """An even port P with P and P + 1 free (torchrun's store takes P, ringfold's store P + 1),
-    below the ephemeral range so other tests' outgoing connections cannot take them."""
-    for _ in range(200):
-        p = random.randrange(20000, 30000, 2)
-        try:
-            for q in (p, p + 1):
-                with socket.socket() as s:
-                    s.bind(('127.0.0.1', q))
-            return p
-        except OSError:
-            pass
-    raise RuntimeError('no free port pair on 127.0.0.1')
 
 
 @pytest.fixture(scope='module')
@@ -95,7 +79,7 @@ def _run_job(launcher, backend, tmp_path_factory):
     driver = [DRIVER, '--backend', backend, '--configs', ','.join(CONFIGS),
               '--steps', str(STEPS), '--out', str(out)]
     if launcher == 'torchrun':
-        port = _free_port_pair()
+        port = free_port_pair()
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
                '--nproc_per_node', str(RANKS), '--master_addr', '127.0.0.1',
                '--master_port', str(port), '--max_restarts', '0', *driver]
@@ -103,7 +87,7 @@ def _run_job(launcher, backend, tmp_path_factory):
     elif launcher == 'deepspeed':
         # DeepSpeed's own launcher (the `deepspeed` command) on this host, which sets torch's
         # variables itself; --no_local_rank: the driver takes LOCAL_RANK from the environment.
-        port = _free_port_pair()
+        port = free_port_pair()
         cmd = [sys.executable, '-m', 'deepspeed.launcher.runner', '--num_gpus', str(RANKS),
                '--no_local_rank', '--master_addr', '127.0.0.1', '--master_port', str(port),
                *driver]

@@ -21,13 +21,13 @@ Every wait is bounded: a job that does not end in time is killed and reported.
 """
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from ports import free_port_pair
 
 pytest.importorskip('tensorflow')
 
@@ -43,26 +43,13 @@ def engine():
     yield
 
 
-def _free_port_pair():
-    for _ in range(200):
-        p = random.randrange(20000, 30000, 2)
-        try:
-            for q in (p, p + 1):
-                with socket.socket() as s:
-                    s.bind(('127.0.0.1', q))
-            return p
-        except OSError:
-            pass
-    raise RuntimeError('no free port pair')
-
-
 def run_job(tmp_path, nranks, args, timeout, env=None, started=None):
     """Starts nranks ranks with TF_CONFIG (chief = rank 0); returns ([exit status or None when
     it did not end within `timeout`], [output]). With `started` (a marker the ranks print when
     they begin the part under test), `timeout` counts from when every rank printed it, after at
     most STARTUP_BOUND seconds of start-up (importing TensorFlow takes 5 to 25 s on 2 busy
     cores). Ranks still running at the bound are killed."""
-    port = _free_port_pair()
+    port = free_port_pair()
     cluster = {'chief': ['127.0.0.1:%d' % port],
                'worker': ['127.0.0.1:%d' % (port + 2 * i) for i in range(1, nranks)]}
     base = {k: v for k, v in os.environ.items()
