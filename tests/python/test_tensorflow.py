@@ -315,6 +315,89 @@ def test_tape_groups_predivide_fp16(groups):
         hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0)
 
 
+@pytest.mark.parametrize('average', [False, True])
+@pytest.mark.parametrize('mode', MODES)
+def test_tape_backward_passes_per_step(mode, average):
+    """n = 3: calls 1-2 return the local sums so far and say not to apply; call 3 returns the
+    reduced sums (/3 when averaging) and clears them; call 4 starts again."""
+    n, r, passes = hvd.size(), hvd.rank(), 3
+    w = tf.Variable(np.zeros(3, np.float32))
+    b = tf.Variable(np.zeros(2, np.float32))
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * x)        # d/dw = x; b gets no gradient (None)
+        tape = hvd.DistributedGradientTape(tape, backward_passes_per_step=passes,
+                                           average_aggregated_gradients=average)
+        gw, gb = tape.gradient(loss, [w, b])
+        assert gb is None
+        return gw, tape.should_apply_gradients()
+    step = _mode(step, mode)
+
+    def x(k, rank):
+        return np.array([10.0 * k + rank + 1, k, -rank], np.float32)
+    for k in range(5):
+        g, apply = step(tf.constant(x(k, r)))
+        cycle = range(k - k % passes, k + 1)
+        if k % passes == passes - 1:
+            total = np.mean([sum(x(j, q) for j in cycle) for q in range(n)], axis=0)
+            expected = total / passes if average else total
+            assert bool(apply)
+        else:
+            expected = sum(x(j, r) for j in cycle)
+            assert not bool(apply)
+        np.testing.assert_allclose(g.numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize('mode', MODES)
+def test_tape_backward_passes_trains_as_one_process_on_the_whole_batch(mode):
+    """2 passes per step on each rank's 4-row slices, applied only when should_apply_gradients():
+    the same weights as one process on the 8n rows of each step."""
+    n, r = hvd.size(), hvd.rank()
+    rng = np.random.default_rng(11)
+    xs = rng.normal(size=(3, 8 * n, 5)).astype(np.float32)
+    ys = rng.normal(size=(3, 8 * n, 1)).astype(np.float32)
+    w0 = rng.normal(size=(5, 1)).astype(np.float32)
+
+    def train(distributed):
+        w = tf.Variable(w0)
+        opt = tf.keras.optimizers.SGD(0.1)
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+            if distributed:
+                tape = hvd.DistributedGradientTape(tape, backward_passes_per_step=2,
+                                                   average_aggregated_gradients=True)
+            grads = tape.gradient(loss, [w])
+            if not distributed or tape.should_apply_gradients():
+                opt.apply_gradients(zip(grads, [w]))
+        step = _mode(step, mode)
+        for s in range(3):
+            if distributed:
+                for half in range(2):
+                    rows = slice(8 * r + 4 * half, 8 * r + 4 * half + 4)
+                    step(xs[s, rows], ys[s, rows])
+            else:
+                step(xs[s], ys[s])
+        return w.numpy()
+    np.testing.assert_allclose(train(True), train(False), rtol=1e-5, atol=1e-6)
+
+
+def test_tape_backward_passes_per_step_errors():
+    with pytest.raises(ValueError, match='backward_passes_per_step'):
+        hvd.DistributedGradientTape(tf.GradientTape(), backward_passes_per_step=0)
+    e = tf.Variable(np.ones((4, 2), np.float32))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(e, [1, 3]))
+    tape = hvd.DistributedGradientTape(tape, backward_passes_per_step=2)
+    with pytest.raises(ValueError, match='sparse_as_dense'):
+        tape.gradient(loss, [e])
+    with pytest.raises(ValueError, match='after gradient'):
+        hvd.DistributedGradientTape(tf.GradientTape(), backward_passes_per_step=2).should_apply_gradients()
+    assert bool(hvd.DistributedGradientTape(tf.GradientTape()).should_apply_gradients())
+
+
 def test_local_source_not_reduced():
     a = tf.Variable(np.ones(2) * (hvd.rank() + 1), dtype=tf.float32)
     with tf.GradientTape() as tape:

@@ -17,6 +17,15 @@ Contract
   * DistributedGradientTape(tape, ...) returns an object of tape's own class (isinstance holds)
     sharing the recorded tape; register_local_source(var) keeps a gradient local (divided by
     the set size when scale_local_gradients, as Horovod). Keyword defaults are Horovod's.
+  * backward_passes_per_step=n > 1 (ringfold's addition; Horovod's tape lacks it, its Keras
+    optimizer has it): gradient() adds each call's gradients into local accumulators and
+    allreduces only on every n-th call, as Horovod's LocalGradientAggregationHelperEager does
+    for the optimizer. Calls 1..n-1 return the local sums so far; call n returns the reduced
+    sums (divided by n when average_aggregated_gradients) and clears them. The accumulators
+    outlive the tape: they belong to the list of sources (so the usual one-tape-per-step loop
+    works) and are created at the first call (under tf.init_scope inside tf.function).
+    should_apply_gradients() says whether the last gradient() call communicated: apply the
+    gradients only then. IndexedSlices need sparse_as_dense (Horovod's ValueError otherwise).
 """
 import warnings
 
@@ -151,10 +160,66 @@ def _check_args(op, gradient_predivide_factor, num_groups, groups):
     return groups
 
 
+class _LocalAggregation:
+    """Horovod's local gradient aggregation for one list of sources (see the module contract)."""
+
+    def __init__(self, passes, average, sparse_as_dense):
+        self.passes, self.average, self.sparse_as_dense = passes, average, sparse_as_dense
+        self.counter = None
+        self.sums = {}
+
+    def step(self, grads, reduce):
+        """Adds `grads` (None entries stay None) and returns (gradients, communicated)."""
+        present = []
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                if not self.sparse_as_dense:
+                    raise ValueError('IndexedSlices are not supported when `backward_passes_per_step` '
+                                     '> 1 and `sparse_as_dense` is False.')
+                g = tf.convert_to_tensor(g)
+            present.append((i, g))
+        with tf.init_scope():
+            if self.counter is None:
+                self.counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+            for i, g in present:
+                if i not in self.sums:
+                    self.sums[i] = tf.Variable(tf.zeros(g.shape, g.dtype), trainable=False)
+        totals = [self.sums[i].assign_add(g).read_value() for i, g in present] if present else []
+        self.counter.assign_add(1)
+        communicated = tf.equal(self.counter.read_value(), self.passes)
+
+        def communicate():
+            out = list(grads)
+            for (i, _), t in zip(present, totals):
+                out[i] = t
+            out = reduce(out)
+            reduced = [out[i] / self.passes if self.average else out[i] for i, _ in present]
+            with tf.control_dependencies(reduced):
+                self.counter.assign(0)
+                for i, _ in present:
+                    self.sums[i].assign(tf.zeros_like(self.sums[i]))
+            return [tf.identity(r) for r in reduced]
+
+        totals = tf.cond(communicated, communicate, lambda: [tf.identity(t) for t in totals]) \
+            if present else []
+        result = list(grads)
+        for (i, _), t in zip(present, totals):
+            result[i] = t
+        return result, communicated
+
+
+# One aggregation per (sources, passes, average): DistributedGradientTape is usually made anew
+# every step, while the sums must live across n steps.
+_aggregations = {}
+
+
 class _DistributedGradientTape(tf.GradientTape):
     def __init__(self, tape, device_dense, device_sparse, compression, sparse_as_dense, op,
                  gradient_predivide_factor, groups, persistent=False, watch_accessed_variables=True,
-                 process_set=global_process_set, scale_local_gradients=True):
+                 process_set=global_process_set, scale_local_gradients=True,
+                 backward_passes_per_step=1, average_aggregated_gradients=False):
         super(self.__class__, self).__init__(persistent, watch_accessed_variables)
         self._tape = tape
         self._allreduce_grads = _make_allreduce_grads_fn(
@@ -163,6 +228,19 @@ class _DistributedGradientTape(tf.GradientTape):
         self.process_set = process_set
         self.scale_local_gradients = scale_local_gradients
         self._local_sources = set()
+        self._passes = backward_passes_per_step
+        self._aggregation_key = (backward_passes_per_step, bool(average_aggregated_gradients),
+                                 bool(sparse_as_dense))
+        self._communicated = None
+
+    def should_apply_gradients(self):
+        """True (a bool tensor) when the last gradient() call allreduced: with
+        backward_passes_per_step = n, on every n-th call. Always True when n is 1."""
+        if self._passes == 1:
+            return tf.constant(True)
+        if self._communicated is None:
+            raise ValueError('should_apply_gradients() is known only after gradient()')
+        return self._communicated
 
     def register_local_source(self, source):
         """Keeps this source's gradient local (not allreduced)."""
@@ -173,6 +251,22 @@ class _DistributedGradientTape(tf.GradientTape):
         single = not isinstance(sources, (list, tuple))
         src_list = [sources] if single else list(tf.nest.flatten(sources))
         grad_list = [gradients] if single else list(tf.nest.flatten(gradients))
+        if self._passes == 1:
+            grad_list = self._reduce(src_list, grad_list, use_generic_names)
+        else:
+            key = (tuple(_ref(s) for s in src_list),) + self._aggregation_key
+            aggregation = _aggregations.get(key)
+            if aggregation is None:
+                aggregation = _aggregations[key] = _LocalAggregation(*self._aggregation_key)
+            grad_list, self._communicated = aggregation.step(
+                grad_list, lambda g: self._reduce(src_list, g, use_generic_names))
+        if single:
+            return grad_list[0]
+        return tf.nest.pack_sequence_as(sources, grad_list)
+
+    def _reduce(self, src_list, grad_list, use_generic_names):
+        """Allreduces the gradients of the sources that are not local; scales the local ones."""
+        grad_list = list(grad_list)
         rs, rg, idx = [], [], []
         for i, (s, g) in enumerate(zip(src_list, grad_list)):
             if _ref(s) not in self._local_sources:
@@ -191,9 +285,7 @@ class _DistributedGradientTape(tf.GradientTape):
                         grad_list[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
                     else:
                         grad_list[i] = g / n
-        if single:
-            return grad_list[0]
-        return tf.nest.pack_sequence_as(sources, grad_list)
+        return grad_list
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
                                        use_generic_names=False):
@@ -207,22 +299,28 @@ class _DistributedGradientTape(tf.GradientTape):
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
                             num_groups=0, groups=None, process_set=global_process_set,
-                            scale_local_gradients=True):
+                            scale_local_gradients=True, backward_passes_per_step=1,
+                            average_aggregated_gradients=False):
     """Horovod's DistributedGradientTape: gradient() allreduces (see the module contract)."""
     groups = _check_args(op, gradient_predivide_factor, num_groups, groups)
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step <= 0:
+        raise ValueError('backward_passes_per_step must be > 0, not %r' % (backward_passes_per_step,))
     cls = type(gradtape.__class__.__name__, (gradtape.__class__,),
                dict(_DistributedGradientTape.__dict__))
     return cls(gradtape._tape, device_dense, device_sparse, compression, sparse_as_dense, op,
                gradient_predivide_factor, groups, gradtape._persistent,
                gradtape._watch_accessed_variables, process_set=process_set,
-               scale_local_gradients=scale_local_gradients)
+               scale_local_gradients=scale_local_gradients,
+               backward_passes_per_step=backward_passes_per_step,
+               average_aggregated_gradients=average_aggregated_gradients)
 
 
 def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
                                    compression=Compression.none, sparse_as_dense=False, op=Average,
                                    gradient_predivide_factor=1.0, num_groups=0, groups=None,
                                    process_set=global_process_set, local_layers=None,
-                                   scale_local_gradients=True):
+                                   scale_local_gradients=True, backward_passes_per_step=1,
+                                   average_aggregated_gradients=False):
     """Horovod's: DistributedGradientTape whose local_layers' gradients stay local."""
     if local_layers is None:
         local_layers = []
@@ -230,7 +328,8 @@ def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
         local_layers = [local_layers]
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                   groups, process_set, scale_local_gradients)
+                                   groups, process_set, scale_local_gradients,
+                                   backward_passes_per_step, average_aggregated_gradients)
     for layer in local_layers:
         for var in layer.trainable_weights:
             tape.register_local_source(var)
