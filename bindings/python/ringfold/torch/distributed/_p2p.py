@@ -27,7 +27,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ringfold.torch.distributed._probe import WorkBase
+from ringfold.torch.distributed._work import ValueWork
 
 
 def _payload(t):
@@ -48,7 +48,7 @@ def _fill(t, data, what):
         ctypes.memmove(t.data_ptr(), data, nbytes)
 
 
-class ThreadWork(WorkBase):
+class ThreadWork(ValueWork):
     """A Work whose body runs on its own thread (or is already done: body None)."""
 
     def __init__(self, body, value, timeout_seconds, what):
@@ -60,7 +60,6 @@ class ThreadWork(WorkBase):
         self._error = None
         self._future = None
         self._lock = threading.Lock()
-        self.source = -1
         if body is None:
             self._done.set()
         else:
@@ -78,12 +77,6 @@ class ThreadWork(WorkBase):
             fut = self._future
         if fut is not None:
             self._settle(fut)
-
-    def _settle(self, fut):
-        if self._error is not None:
-            fut.set_exception(self._error)
-        else:
-            fut.set_result(self._value)
 
     def wait(self, timeout=None):
         limit = self._timeout
@@ -103,18 +96,6 @@ class ThreadWork(WorkBase):
 
     def exception(self):
         return self._error
-
-    def result(self):
-        return self._value
-
-    def source_rank(self):
-        return self.source
-
-    def _source_rank(self):
-        return self.source
-
-    def synchronize(self):
-        pass
 
     def get_future(self):
         with self._lock:

@@ -138,14 +138,38 @@ def _seconds(timeout):
 _done_cv = threading.Condition()     # notified whenever any work completes (few ever wait on it)
 
 
-class Work(WorkBase):
+class ValueWork(WorkBase):
+    """What every ringfold Work shares: it completes with `_value` or `_error`, and a receive
+    sets `source` (the rank a message came from)."""
+    _value = None
+    _error = None
+    source = -1
+
+    def _settle(self, fut):
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._value)
+
+    def result(self):
+        return self._value
+
+    def source_rank(self):
+        return self.source
+
+    def _source_rank(self):
+        return self.source
+
+    def synchronize(self):
+        pass
+
+
+class Work(ValueWork):
     # Defaults read until a work changes them (fewer attributes to set per call).
     _next = 0                # handles before this index have completed successfully
     _done = False
-    _error = None
     _future = None
     _future_set = False
-    source = -1
 
     def __init__(self, group, what, handles, keep, finish, value, devices=None, async_op=False):
         super().__init__()
@@ -236,12 +260,6 @@ class Work(WorkBase):
         if fut is not None:
             self._settle(fut)
 
-    def _settle(self, fut):
-        if self._error is not None:
-            fut.set_exception(self._error)
-        else:
-            fut.set_result(self._value)
-
     # ---- torch.distributed.Work ----------------------------------------------------------
 
     def wait(self, timeout=None):
@@ -267,18 +285,6 @@ class Work(WorkBase):
 
     def exception(self):
         return self._error if self._done else None
-
-    def result(self):
-        return self._value
-
-    def source_rank(self):
-        return self.source
-
-    def _source_rank(self):
-        return self.source
-
-    def synchronize(self):
-        pass
 
     def get_future(self):
         with _done_cv:
