@@ -9,6 +9,10 @@
 #include "reduce/kernel_table.h"
 #include "reduce/reducer_args.h"
 
+#if defined(RINGFOLD_REDUCE_X86)
+#include <cpuid.h>
+#endif
+
 namespace ringfold {
 namespace {
 
@@ -20,18 +24,26 @@ using reduce_detail::KernelTable;
 // for whoever reads it next; in place never streams (dst's lines are already loaded).
 constexpr size_t kStreamMinBytes = size_t(4) << 20;
 
+#if defined(RINGFOLD_REDUCE_X86)
+// F16C (CPUID leaf 1, ECX bit 29), asked of cpuid itself: clang's __builtin_cpu_supports has
+// no "f16c" before clang 16.
+bool hasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool cpuSupports(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kPortable: return true;
 #if defined(RINGFOLD_REDUCE_X86)
     case CpuIsa::kAvx2:
       __builtin_cpu_init();
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && hasF16c();
     case CpuIsa::kAvx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && hasF16c();
 #else
     case CpuIsa::kAvx2:
     case CpuIsa::kAvx512: return false;

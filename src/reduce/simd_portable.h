@@ -101,22 +101,22 @@ struct PortableSimd {
   static VF max(VF a, VF b) {
     const VF bits = reinterpret_cast<VF>(reinterpret_cast<VU>(a) & reinterpret_cast<VU>(b));
     const VF m = a == b ? bits : (a > b ? a : b);
-    return (a != a) | (b != b) ? nanF() : m;
+    return ((a != a) | (b != b)) ? nanF() : m;
   }
   static VF min(VF a, VF b) {
     const VF bits = reinterpret_cast<VF>(reinterpret_cast<VU>(a) | reinterpret_cast<VU>(b));
     const VF m = a == b ? bits : (a < b ? a : b);
-    return (a != a) | (b != b) ? nanF() : m;
+    return ((a != a) | (b != b)) ? nanF() : m;
   }
   static VD max(VD a, VD b) {
     const VD bits = reinterpret_cast<VD>(reinterpret_cast<VUL>(a) & reinterpret_cast<VUL>(b));
     const VD m = a == b ? bits : (a > b ? a : b);
-    return (a != a) | (b != b) ? nanD() : m;
+    return ((a != a) | (b != b)) ? nanD() : m;
   }
   static VD min(VD a, VD b) {
     const VD bits = reinterpret_cast<VD>(reinterpret_cast<VUL>(a) | reinterpret_cast<VUL>(b));
     const VD m = a == b ? bits : (a < b ? a : b);
-    return (a != a) | (b != b) ? nanD() : m;
+    return ((a != a) | (b != b)) ? nanD() : m;
   }
 };
 

@@ -18,14 +18,22 @@ struct Json {
   enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
   std::string text;  // string value, or the number's text
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
-  const Json* get(const std::string& key) const {
-    for (const auto& [k, v] : members) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
+  struct Member;                 // {key, value}: a pair needs Json complete, a vector does not
+  std::vector<Member> members;
+  const Json* get(const std::string& key) const;
 };
+
+struct Json::Member {
+  std::string key;
+  Json value;
+};
+
+const Json* Json::get(const std::string& key) const {
+  for (const Member& m : members) {
+    if (m.key == key) return &m.value;
+  }
+  return nullptr;
+}
 
 class JsonReader {
  public:
@@ -115,7 +123,7 @@ class JsonReader {
       while (true) {
         std::string key = string();
         expect(':');
-        v.members.emplace_back(key, value(depth + 1));
+        v.members.push_back(Json::Member{key, value(depth + 1)});
         skip();
         if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
         expect('}');
