@@ -37,33 +37,6 @@ using Clock = std::chrono::steady_clock;
 // pipes to drain at the end.
 constexpr auto kReapAfterKill = std::chrono::seconds(5);
 constexpr auto kOutputDrain = std::chrono::seconds(2);
-constexpr int kSshFailed = 255;  // ssh's exit status for its own errors
-
-int exitCodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-std::string describeStatus(int status) {
-  if (WIFSIGNALED(status)) return "was killed by signal " + signalName(WTERMSIG(status));
-  return "exited with status " + std::to_string(exitCodeOf(status));
-}
-
-int msUntil(Clock::time_point t) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(left) + 1;
-}
-
-std::string formatSeconds(double s, const char* format = "%.3f") {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, format, s);
-  return buf;
-}
-
-Clock::duration toDuration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
 
 std::string joinArgv(const std::vector<std::string>& argv) {
   std::string s;
@@ -73,17 +46,9 @@ std::string joinArgv(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-std::string signalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
-
 Job::Job(LaunchOptions options) : options_(std::move(options)) {}
 
-void Job::say(const std::string& line) const {
-  std::string text = "ringfoldrun: " + line + "\n";
-  writeAll(STDERR_FILENO, text.data(), text.size());
-}
+void Job::say(const std::string& line) const { sayLine(line); }
 
 void Job::verbose(const std::string& line) const {
   if (options_.verbose) say(line);
@@ -108,19 +73,14 @@ std::vector<int> Job::openOutputFiles() {
   for (const auto& r : ranks_) {
     std::string n = std::to_string(r.slot.rank);
     n.insert(0, width - std::min(width, n.size()), '0');
-    const std::string dir = options_.outputDir + "/rank." + n;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error("--output-filename: cannot create " + dir + ": " + ec.message());
-    for (const char* name : {"/stdout", "/stderr"}) {
-      int fd = open((dir + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        int e = errno;
-        for (int f : fds) close(f);
-        throw Error("--output-filename: cannot write " + dir + name + ": " + std::strerror(e));
-      }
-      fds.push_back(fd);
+    std::vector<int> pair;
+    try {
+      pair = openLogFiles(options_.outputDir + "/rank." + n);
+    } catch (const Error&) {
+      for (int f : fds) close(f);
+      throw;
     }
+    fds.insert(fds.end(), pair.begin(), pair.end());
   }
   return fds;
 }
@@ -157,28 +117,7 @@ bool Job::startRanks(const std::string& program, const std::string& ssh,
   return true;
 }
 
-void Job::signalRank(Rank& r, int sig) {
-  if (!r.running) return;
-  if (r.slot.local) {
-    signalGroup(r.pid, sig);
-    // A stopped process (SIGSTOP, SIGTSTP) keeps a caught or ignored signal pending until it is
-    // continued: without SIGCONT a stopped rank would cost the whole grace period.
-    if (sig != SIGKILL) signalGroup(r.pid, SIGCONT);
-    return;
-  }
-  // A remote rank that has started hears the signal through its ssh stdin; one that has not
-  // (ssh still connecting) is stopped by stopping its ssh client, whose end of file makes the
-  // remote side stop whatever it started.
-  bool told = r.started && signalRemoteRank(r.stdinFd, sig);
-  if (sig == SIGKILL && r.stdinFd >= 0) {
-    close(r.stdinFd);
-    r.stdinFd = -1;
-  }
-  if (!told && !r.started) {
-    signalGroup(r.pid, sig);
-    if (sig != SIGKILL) signalGroup(r.pid, SIGCONT);
-  }
-}
+void Job::signalRank(Rank& r, int sig) { signalChild(r, sig); }
 
 void Job::beginStop(int sig, const std::string& why) {
   if (stopping_) return;
@@ -209,42 +148,8 @@ void Job::abandonRemote() {
 }
 
 void Job::onRankExit(Rank& r) {
-  if (r.stdinFd >= 0) {
-    close(r.stdinFd);
-    r.stdinFd = -1;
-  }
-  const std::string rank = std::to_string(r.slot.rank);
-  std::string what;
   const int code = exitCodeOf(r.status);
-  if (r.slot.local) {
-    what = "rank " + rank + " (pid " + std::to_string(r.pid) + ") " + describeStatus(r.status);
-  } else {
-    // ssh's last words (why it failed), or the start marker, may still be in the pipes: give
-    // the forwarder a moment to reach their end.
-    const auto until = Clock::now() + std::chrono::milliseconds(300);
-    while (code != 0 && forwarder_ != nullptr &&
-           !(forwarder_->finished(r.stdoutSource) && forwarder_->finished(r.stdoutSource + 1)) &&
-           Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (forwarder_ != nullptr && forwarder_->started(r.stdoutSource)) r.started = true;
-    const std::string said = forwarder_ != nullptr ? forwarder_->lastLine(r.stdoutSource + 1) : "";
-    const std::string tail = said.empty() ? "" : ": " + said;
-    if (!r.started && code != 0) {
-      what = "host " + r.slot.host + " did not start rank " + rank + " (" +
-             (code == kSshFailed ? "ssh failed" : "exit status " + std::to_string(code)) + tail + ")";
-    } else if (code == kSshFailed) {
-      what = "lost the connection to host " + r.slot.host + " (rank " + rank +
-             (said.empty() ? ": ssh exited with status 255, the host stopped answering or closed "
-                             "the connection"
-                           : tail) +
-             ")";
-    } else if (code > 128 && code < 128 + NSIG) {
-      what = "rank " + rank + " on host " + r.slot.host + " was killed by signal " + signalName(code - 128);
-    } else {
-      what = "rank " + rank + " on host " + r.slot.host + " exited with status " + std::to_string(code);
-    }
-  }
+  const std::string what = describeExit(r, "rank " + std::to_string(r.slot.rank), forwarder_);
   bool failed = code != 0;
   if (failed) {
     // A rank that dies of the signal the launcher sent it was stopped; any other failure is
@@ -300,22 +205,7 @@ void Job::reportCause(const OutputForwarder& forwarder) {
 
 bool Job::reapExited() {
   for (auto& r : ranks_) {
-    if (!r.running) continue;
-    siginfo_t info;
-    std::memset(&info, 0, sizeof info);
-    // WNOWAIT: the leader stays a zombie, so its pid (= the group id) cannot be reused while
-    // the rest of its group (background children it left behind) is killed.
-    if (waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-        info.si_pid != r.pid) {
-      continue;
-    }
-    signalGroup(r.pid, SIGKILL);
-    int status = 0;
-    while (waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    r.status = status;
-    r.running = false;
-    onRankExit(r);
+    if (reapIfExited(r)) onRankExit(r);
   }
   return runningCount() > 0;
 }
@@ -356,13 +246,7 @@ void Job::checkStarted(const OutputForwarder& forwarder) {
 
 int Job::run() {
   launchedAt_ = Clock::now();
-  sigset_t handled;
-  sigemptyset(&handled);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&handled, sig);
-  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  int sigFd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
-  RF_CHECK_ERRNO(sigFd, "signalfd");
+  int sigFd = blockJobSignals();
   std::unique_ptr<int, void (*)(int*)> sigFdCloser(&sigFd, [](int* fd) { close(*fd); });
 
   // Where each rank runs.
@@ -440,7 +324,11 @@ int Job::run() {
       }
     }
     starts.push_back(std::move(s));
-    ranks_.push_back(Rank{slot});
+    Rank rank;
+    rank.slot = slot;
+    rank.local = slot.local;
+    rank.host = slot.host;
+    ranks_.push_back(std::move(rank));
   }
   std::vector<int> files = openOutputFiles();
 

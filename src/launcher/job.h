@@ -54,6 +54,7 @@
 #include "launcher/launch_options.h"
 #include "launcher/output_forwarder.h"
 #include "launcher/rank_layout.h"
+#include "launcher/supervision.h"
 
 namespace ringfold::launcher {
 
@@ -67,14 +68,8 @@ class Job {
   int run();
 
  private:
-  struct Rank {
+  struct Rank : ChildProcess {  // pid, running, status, ... (supervision.h)
     RankSlot slot;
-    pid_t pid = -1;         // the rank, or its ssh client (both lead their own group)
-    bool running = false;
-    int status = 0;         // wait status once reaped
-    int stdinFd = -1;       // remote: write end of the ssh client's stdin
-    bool started = false;   // local: at once; remote: once its marker arrived
-    size_t stdoutSource = 0;  // index of its stdout among the forwarder's sources
     int failedSeq = -1;     // order among the ranks that failed on their own (failure_cause.h)
     bool stopped = false;   // died of the signal the launcher sent it
   };
@@ -123,8 +118,5 @@ class Job {
   std::chrono::steady_clock::time_point killAt_;    // SIGKILL after the grace period
   std::chrono::steady_clock::time_point giveUpAt_;  // stop waiting for unkillable ranks
 };
-
-// "SIGKILL" for SIGKILL, "signal 64" when the number has no name.
-std::string signalName(int sig);
 
 }  // namespace ringfold::launcher

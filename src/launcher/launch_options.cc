@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <set>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace ringfold::launcher {
 
 namespace {
@@ -61,12 +64,62 @@ const std::vector<OptionSpec>& optionSpecs() {
       {{"--network-interface", "--network-interfaces"}, true},
       {{"--output-filename"}, true},
       {{"--bind-to"}, true},
+      {{"--host-discovery-script"}, true},
+      {{"--min-np", "--min-num-proc"}, true},
+      {{"--max-np", "--max-num-proc"}, true},
+      {{"--slots", "--slots-per-host"}, true},
+      {{"--elastic-timeout"}, true},
+      {{"--reset-limit"}, true},
       {{"--verbose"}, false},
       {{"-cb", "--check-build"}, false},
       {{"-h", "--help"}, false},
       {{"-v", "--version"}, false},
   };
   return specs;
+}
+
+// A discovery script given as a path must be an executable file (a bare name is looked up on
+// PATH when the job starts). Only the first word counts: the value is a /bin/sh command.
+void checkDiscoveryScript(const std::string& value) {
+  const std::string word = value.substr(0, value.find_first_of(" \t"));
+  if (word.empty()) usageError("--host-discovery-script expects a script, got '" + value + "'");
+  if (word.find('/') == std::string::npos) return;
+  struct stat st {};
+  if (stat(word.c_str(), &st) != 0) usageError("--host-discovery-script: no such file '" + word + "'");
+  if (!S_ISREG(st.st_mode) || access(word.c_str(), X_OK) != 0) {
+    usageError("--host-discovery-script: '" + word + "' is not an executable file (chmod +x it)");
+  }
+}
+
+// Elastic defaults and checks (the contract's elastic bullet), after every option was read.
+void finishElastic(LaunchOptions& opt, bool numProcGiven, const std::string& elasticFlag,
+                   const std::string& hostsFrom) {
+  if (!opt.elastic()) {
+    if (!elasticFlag.empty()) {
+      usageError(elasticFlag + " is for elastic jobs: give --host-discovery-script too");
+    }
+    return;
+  }
+  if (!hostsFrom.empty()) {
+    usageError(hostsFrom + " and --host-discovery-script both give the hosts; use one");
+  }
+  if (!numProcGiven && opt.minNumProc == 0) {
+    usageError("missing -np or --min-np: say how many workers an elastic job needs, e.g. --min-np 2");
+  }
+  if (opt.minNumProc == 0) opt.minNumProc = opt.numProc;
+  if (!numProcGiven) opt.numProc = opt.minNumProc;
+  if (opt.maxNumProc && opt.minNumProc > *opt.maxNumProc) {
+    usageError("--min-np " + std::to_string(opt.minNumProc) + " is more than --max-np " +
+               std::to_string(*opt.maxNumProc));
+  }
+  if (opt.numProc < opt.minNumProc) {
+    usageError("-np " + std::to_string(opt.numProc) + " is less than --min-np " +
+               std::to_string(opt.minNumProc));
+  }
+  if (opt.maxNumProc && opt.numProc > *opt.maxNumProc) {
+    usageError("-np " + std::to_string(opt.numProc) + " is more than --max-np " +
+               std::to_string(*opt.maxNumProc));
+  }
 }
 
 }  // namespace
@@ -99,6 +152,7 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
   if (opt.help || opt.version || opt.checkBuild) return opt;
   std::optional<std::string> numProcText;
   std::string hostsFrom;  // "-H" or "--hostfile", once one was seen
+  std::string elasticFlag;  // the first elastic-only flag seen (for "needs --host-discovery-script")
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -138,6 +192,9 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       usageError("option '" + name + "' takes no value, got '" + arg + "'");
     }
 
+    const bool elasticOnly = canonical == "--min-np" || canonical == "--max-np" || canonical == "--slots" ||
+                             canonical == "--elastic-timeout" || canonical == "--reset-limit";
+    if (elasticOnly && elasticFlag.empty()) elasticFlag = canonical;
     if (canonical == "-np") {
       numProcText = value;
       opt.numProc = parsePositiveInt(value, "-np");
@@ -186,6 +243,22 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       } else {
         usageError("--bind-to expects auto, core or none, got '" + value + "'");
       }
+    } else if (canonical == "--host-discovery-script") {
+      checkDiscoveryScript(value);
+      opt.discoveryScript = value;
+    } else if (canonical == "--min-np") {
+      opt.minNumProc = parsePositiveInt(value, "--min-np");
+    } else if (canonical == "--max-np") {
+      opt.maxNumProc = parsePositiveInt(value, "--max-np");
+    } else if (canonical == "--slots") {
+      opt.slotsPerHost = parsePositiveInt(value, "--slots");
+    } else if (canonical == "--elastic-timeout") {
+      opt.elasticTimeoutSeconds = parseSeconds(value, "--elastic-timeout");
+    } else if (canonical == "--reset-limit") {
+      if (!value.empty() && value[0] == '-') {
+        usageError("--reset-limit must be 0 or more, got " + value);
+      }
+      opt.resetLimit = value == "0" ? 0 : parsePositiveInt(value, "--reset-limit");
     } else if (canonical == "--start-timeout") {
       opt.startTimeoutSeconds = parseSeconds(value, "--start-timeout");
     } else if (canonical == "--grace-period") {
@@ -205,8 +278,11 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
   opt.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
   if (opt.help || opt.version || opt.checkBuild) return opt;
-  if (!numProcText) usageError("missing -np: say how many ranks to start, e.g. -np 4");
-  if (opt.hostsGiven) {
+  finishElastic(opt, numProcText.has_value(), elasticFlag, hostsFrom);
+  if (!numProcText && !opt.elastic()) usageError("missing -np: say how many ranks to start, e.g. -np 4");
+  if (opt.elastic()) {
+    // hosts come from discovery
+  } else if (opt.hostsGiven) {
     long long slots = 0;
     for (const auto& h : opt.hosts) slots += h.slots;
     if (opt.numProc > slots) {
@@ -228,6 +304,7 @@ LaunchOptions parseLaunchOptions(int argc, const char* const* argv) {
 
 std::string usageText() {
   return R"(usage: ringfoldrun -np N [options] command [args...]
+       ringfoldrun --min-np M --host-discovery-script S [elastic options] command [args...]
        ringfoldrun --check-build
 
 Starts N ranks of `command` on this machine and, over ssh, on other hosts; hosts their
@@ -266,6 +343,18 @@ run:
   -cb, --check-build    show which transports, reducers and bindings this build has
   -h, --help            show this help and exit
   -v, --version         show the version and exit
+elastic (docs/launching.md, "Elastic jobs"; docs/elastic.md):
+  --host-discovery-script S
+                        elastic mode: /bin/sh runs S about every second; each line it prints
+                        is "host" or "host:slots", the hosts the job may use now
+  --min-np, --min-num-proc M
+                        fewest workers to go on with (default: -np)
+  --max-np, --max-num-proc X
+                        most workers (default: unlimited)
+  --slots, --slots-per-host K
+                        slots of a discovered host without ":slots" (default 1)
+  --elastic-timeout S   seconds to wait for --min-np workers before failing (default 600)
+  --reset-limit R       most membership changes before the job fails (default: unlimited)
 
 Options end at the first non-option argument (or "--"); everything after it is the command.
 
@@ -280,6 +369,8 @@ command line.
 exit status: 0 when every rank exits 0; the first failing rank's status (128+signal if it
 was killed; 255 when ssh failed); 130/143 after SIGINT/SIGTERM to the launcher; 2 for bad
 arguments; 127 when the command cannot be run; 1 when a host did not start in time.
+Elastic jobs: 0 when every worker of the last incarnation exits 0; 1 when discovery fails
+at start, too few workers remain after --elastic-timeout, or --reset-limit is exceeded.
 )";
 }
 

@@ -6,6 +6,8 @@
 //               [--start-timeout S] [--grace-period S] [--output-filename DIR]
 //               [--bind-to auto|core|none] [--verbose]
 //               [-x VAR[=value]]... command [args...]
+//   ringfoldrun [-np N] --min-np M [--max-np X] --host-discovery-script S [--slots K]
+//               [--elastic-timeout T] [--reset-limit R] [options] command [args...]   (elastic)
 //   ringfoldrun --check-build | --help | --version
 //
 // Contract
@@ -19,6 +21,15 @@
 //     --hostfile; an unknown option; an option missing its value; a malformed host entry or one
 //     listed twice (hostfile errors name FILE:LINE, see host_list.h); a bad --ssh-port or
 //     --bind-to; no command. ringfoldrun prints it and exits with kUsageExitCode.
+//   * Elastic mode (elastic_job.h) is on when --host-discovery-script is given. Horovod's names
+//     and defaults: -np defaults to --min-np and --min-np to -np (one of them is required);
+//     --max-np unlimited; --slots (also --slots-per-host) 1; --elastic-timeout from
+//     RINGFOLD_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT when the job starts, else 600 s;
+//     --reset-limit unlimited. UsageErrors: --min-np above --max-np, -np outside
+//     [--min-np, --max-np], a negative --reset-limit, an elastic flag without
+//     --host-discovery-script, -H/--hostfile together with it, and a discovery script given as
+//     a path that is missing or not executable (a bare name is looked up on PATH when the job
+//     starts, elastic_job.h).
 #pragma once
 
 #include <optional>
@@ -55,6 +66,14 @@ struct LaunchOptions {
   std::string networkInterfaces;
   std::string outputDir;  // --output-filename: DIR/rank.N/{stdout,stderr} besides the terminal
   BindPolicy bindTo = BindPolicy::kAuto;  // --bind-to: CPUs of the local ranks (cpu_binding.h)
+  // Elastic mode (empty discoveryScript: off). hosts stay empty: discovery gives them.
+  std::string discoveryScript;        // --host-discovery-script, run with /bin/sh -c
+  int minNumProc = 0;                 // --min-np (set from -np when not given)
+  std::optional<int> maxNumProc;      // --max-np; none: unlimited
+  int slotsPerHost = 1;               // --slots: for discovery lines without ":slots"
+  std::optional<double> elasticTimeoutSeconds;  // --elastic-timeout; none: RINGFOLD_ELASTIC_TIMEOUT (600)
+  std::optional<int> resetLimit;      // --reset-limit; none: unlimited
+  bool elastic() const { return !discoveryScript.empty(); }
   bool checkBuild = false;
   bool help = false;
   bool version = false;

@@ -26,27 +26,39 @@ std::vector<RankSlot> computeRankLayout(const std::vector<HostSlots>& hosts, int
     throw UsageError("-np " + std::to_string(numProc) + " is more than the " +
                      std::to_string(numProc - left) + " slot(s) the hosts give");
   }
-  // crossSize[localRank] = hosts with at least localRank+1 ranks; a host's crossRank for a
-  // localRank is its index among those hosts (hosts keep their -H order).
-  std::vector<RankSlot> slots;
-  std::map<int, int> hostsWithLocalRank;
-  for (int n : perHost) {
-    for (int l = 0; l < n; ++l) ++hostsWithLocalRank[l];
+  std::vector<std::string> hostOfRank;
+  for (size_t h = 0; h < perHost.size(); ++h) hostOfRank.insert(hostOfRank.end(), perHost[h], hosts[h].host);
+  return assignTopology(hostOfRank);
+}
+
+std::vector<RankSlot> assignTopology(const std::vector<std::string>& hostOfRank) {
+  // Hosts in order of their lowest rank, and how many ranks each has.
+  std::vector<std::string> order;
+  std::map<std::string, int> count;
+  for (const auto& h : hostOfRank) {
+    if (count[h]++ == 0) order.push_back(h);
   }
-  std::map<int, int> nextCrossRank;
-  int rank = 0;
-  for (size_t h = 0; h < perHost.size(); ++h) {
-    for (int l = 0; l < perHost[h]; ++l) {
-      RankSlot s;
-      s.rank = rank++;
-      s.size = numProc;
-      s.localRank = l;
-      s.localSize = perHost[h];
-      s.crossRank = nextCrossRank[l]++;
-      s.crossSize = hostsWithLocalRank[l];
-      s.host = hosts[h].host;
-      slots.push_back(s);
-    }
+  // crossSize[localRank] = hosts with at least localRank+1 ranks; a host's crossRank for a
+  // localRank is its index among those hosts (in `order`).
+  std::map<int, int> hostsWithLocalRank;
+  std::map<std::pair<std::string, int>, int> crossRankOf;
+  for (const auto& h : order) {
+    for (int l = 0; l < count[h]; ++l) crossRankOf[{h, l}] = hostsWithLocalRank[l]++;
+  }
+  std::vector<RankSlot> slots;
+  std::map<std::string, int> nextLocal;
+  const int size = static_cast<int>(hostOfRank.size());
+  for (int rank = 0; rank < size; ++rank) {
+    const std::string& h = hostOfRank[static_cast<size_t>(rank)];
+    RankSlot s;
+    s.rank = rank;
+    s.size = size;
+    s.localRank = nextLocal[h]++;
+    s.localSize = count[h];
+    s.crossRank = crossRankOf[{h, s.localRank}];
+    s.crossSize = hostsWithLocalRank[s.localRank];
+    s.host = h;
+    slots.push_back(s);
   }
   return slots;
 }

@@ -30,6 +30,12 @@ struct RankSlot : Topology {
 // Places `numProc` ranks on `hosts`. Throws UsageError if the slots are too few.
 std::vector<RankSlot> computeRankLayout(const std::vector<HostSlots>& hosts, int numProc);
 
+// The rank numbers of ranks 0..n-1 that run on hostOfRank[0..n-1] (a host's ranks need not be
+// contiguous: an elastic job keeps its survivors first). Local rank: order among the ranks of
+// its host; cross rank for local rank l: the host's index among the hosts with more than l
+// ranks, hosts ordered by their lowest rank (common/topology.h). computeRankLayout's numbers.
+std::vector<RankSlot> assignTopology(const std::vector<std::string>& hostOfRank);
+
 // This machine's hostname (gethostname), empty if it cannot be read.
 std::string thisHostname();
 // The addresses of this machine's interfaces that are up, as text ("10.0.0.1", "fe80::1").
