@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <map>
 #include <mutex>
 #include <new>
@@ -88,7 +89,8 @@ class Library {
   }
 
   // The number the next init will have (0 for the first): every rank of a job counts its inits
-  // alike, so it names the incarnation in the store (Engine::fromEnvironment).
+  // alike, so it names the incarnation in the store (Engine::fromEnvironment) unless
+  // RINGFOLD_INCARNATION does (incarnationOfNextInit).
   int64_t nextGeneration() {
     std::lock_guard<std::mutex> lock(mu_);
     return generation_ + 1;
@@ -149,6 +151,41 @@ class Library {
 };
 
 Library gLibrary;
+
+// The store incarnation the next init meets under: RINGFOLD_INCARNATION when set (elastic
+// training numbers memberships for every process alike, whichever init of the process it is),
+// else this process's count of its inits.
+int incarnationOfNextInit() {
+  if (auto v = params::kIncarnation.lookup()) {
+    const int64_t n = params::parseInt(v->first, v->second);
+    if (n < 1 || n > INT32_MAX) {
+      invalid(concat(v->second, "='", v->first,
+                     "' is not an incarnation: it must be a positive integer (1 for a job's first membership)"));
+    }
+    return static_cast<int>(n);
+  }
+  return static_cast<int>(gLibrary.nextGeneration());
+}
+
+// "NAME=value" of the variable that set `p` ("NAME" alone when none did).
+std::string setting(const params::Param& p) {
+  const auto v = p.lookup();
+  return v ? v->second + "=" + v->first : std::string(p.name);
+}
+
+// Elastic mode refuses process sets (Horovod #4021): after a reset the ranks of a set would name
+// other processes, or ones that are gone.
+void refuseProcessSetsWhenElastic(int numPs, bool dynamic) {
+  if (numPs == 0 && !dynamic) return;
+  if (!params::kElastic.asBool()) return;
+  const std::string what =
+      numPs > 0 ? concat(numPs, numPs == 1 ? " static process set" : " static process sets")
+                : "dynamic process sets (" + setting(params::kDynamicProcessSets) + ")";
+  invalid(concat("process sets are not supported in elastic mode (", setting(params::kElastic),
+                 "), but init was given ", what,
+                 ": the membership changes at every reset, so a set's ranks would name other processes or ones that "
+                 "are gone (Horovod #4021). Use the global process set in elastic jobs."));
+}
 
 }  // namespace
 
@@ -215,6 +252,7 @@ void initialize(const int* ranks, int nranks, const int* psRanks, const int* psS
   if (nranks > 0 && ranks == nullptr) invalid(concat("ranks is NULL but nranks is ", nranks));
   if (numPs < 0) invalid(concat("num_ps is ", numPs));
   if (numPs > 0 && psSizes == nullptr) invalid(concat("ps_sizes is NULL but num_ps is ", numPs));
+  refuseProcessSetsWhenElastic(numPs, params::kDynamicProcessSets.asBool());
   // Every count is checked against the world's size before the array it describes is read: the
   // library cannot know the arrays' lengths, only that no longer one makes sense.
   const int world = rendezvous::bootstrapFromEnvironment().size;
@@ -251,7 +289,7 @@ void initialize(const int* ranks, int nranks, const int* psRanks, const int* psS
     }
   }
   const bool dynamic = params::kDynamicProcessSets.asBool();
-  std::shared_ptr<Engine> engine = Engine::fromEnvironment(std::move(sets), dynamic, static_cast<int>(gLibrary.nextGeneration()));
+  std::shared_ptr<Engine> engine = Engine::fromEnvironment(std::move(sets), dynamic, incarnationOfNextInit());
   gLibrary.publish(std::move(engine), dynamic);
 }
 

@@ -176,8 +176,13 @@ extern "C" {
  * being the length of set i; they get ids 1..num_ps on every rank (every rank must pass the
  * same sets). Dynamic mode (horovod_add/remove_process_set) follows
  * RINGFOLD_DYNAMIC_PROCESS_SETS (alias HOROVOD_DYNAMIC_PROCESS_SETS). Blocks until every rank
- * has connected (RINGFOLD_START_TIMEOUT). Returns true on success (and when already
- * initialized); on failure false, with the reason in ringfold_last_error() and on stderr. */
+ * has connected (RINGFOLD_START_TIMEOUT). The ranks meet under the store keys of
+ * RINGFOLD_INCARNATION when it is set (elastic training: a new worker's first init meets the
+ * survivors' later ones), else of this process's count of its inits. In elastic mode
+ * (RINGFOLD_ELASTIC=1) process sets are refused with INVALID_ARGUMENT, static ones and dynamic
+ * mode alike (a set's ranks would name other processes after a reset). Returns true on success
+ * (and when already initialized); on failure false, with the reason in ringfold_last_error() and
+ * on stderr. */
 RINGFOLD_API bool horovod_init(const int* ranks, int nranks, const int* ps_ranks, const int* ps_sizes,
                                int num_ps) RINGFOLD_NOEXCEPT;
 /* Stops the engine (collectively: every rank's engine stops at the same cycle) and waits for
@@ -388,6 +393,37 @@ RINGFOLD_API int ringfold_result_received_splits(int64_t handle, int64_t* splits
                                                  int capacity) RINGFOLD_NOEXCEPT;
 /* Join: the rank (within the process set) that joined last. */
 RINGFOLD_API int ringfold_join_last_rank(int64_t handle, int* rank) RINGFOLD_NOEXCEPT;
+
+/* ---- the job's store ------------------------------------------------------------------------
+ * The key-value store the ranks of the job meet through (ringfoldrun's, or the one rank 0 hosts),
+ * for coordination above the engine: elastic training reads its membership tables here
+ * (docs/elastic.md). Usable whether the engine is initialized or not (before init, and between
+ * shutdown and the next init), from any thread.
+ *   - Which store: the one init would use, from the same variables (RINGFOLD_STORE_ADDR/PORT and
+ *     RINGFOLD_SECRET, or the other launchers' names; bindings read them at each call): a client
+ *     connection to it; on the rank that hosts the store (rank 0 without ringfoldrun) the server
+ *     is started here, and the engine's init reuses it. A job of one rank has no store unless
+ *     RINGFOLD_STORE_ADDR, RINGFOLD_STORE_PORT and RINGFOLD_SECRET all name one (ringfoldrun's
+ *     elastic mode sets them for an incarnation of one worker too); without them the store is
+ *     this process's own, in memory. The connection is opened on first use (waiting up to
+ *     RINGFOLD_START_TIMEOUT for the server) and kept; it is opened again when those variables
+ *     change, after a call failed on it, and in a fork()ed child.
+ *   - Keys are NUL-terminated text, values bytes (at most RINGFOLD_STORE_MAX_VALUE_BYTES).
+ *   - Errors: a store that cannot be reached, or that closed the connection, is RINGFOLD_ABORTED
+ *     (the message names it); one that refuses this process's secret is RINGFOLD_UNKNOWN_ERROR
+ *     ("... wrong secret ..."); bad arguments are RINGFOLD_INVALID_ARGUMENT. */
+
+/* Sets `key` to the `len` bytes at `value` (value may be NULL when len is 0), replacing any
+ * earlier value. */
+RINGFOLD_API int ringfold_store_set(const char* key, const void* value, size_t len) RINGFOLD_NOEXCEPT;
+/* Waits until `key` exists (timeout_seconds < 0: no limit) and copies its value to `buf`;
+ * *len is the value's length. RINGFOLD_IN_PROGRESS when the timeout passed first. A value longer
+ * than `capacity` is not copied: RINGFOLD_INVALID_ARGUMENT with *len set to its length (call again
+ * with a buffer that large). `buf` may be NULL when capacity is 0. */
+RINGFOLD_API int ringfold_store_get(const char* key, double timeout_seconds, void* buf, size_t capacity,
+                                    size_t* len) RINGFOLD_NOEXCEPT;
+/* 1 if `key` exists, 0 if not (without waiting), or a negated status. */
+RINGFOLD_API int ringfold_store_check(const char* key) RINGFOLD_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */
