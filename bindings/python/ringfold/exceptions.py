@@ -29,7 +29,8 @@ class InvalidArgumentError(ValueError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's elastic signal that the host set changed (kept for scripts that catch it)."""
+    """Horovod's elastic signal that the host set changed: state.commit() raises it on every rank
+    at the same commit (ringfold.elastic), and the elastic loop resets to the new membership."""
 
     def __init__(self, skip_sync=False):
         super().__init__('hosts updated')

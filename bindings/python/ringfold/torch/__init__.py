@@ -45,3 +45,7 @@ def shutdown():
     _shutdown()
     _ops.forget_all()
     mpi_ops._forget_all()
+
+
+# Horovod's hvd.elastic (run, TorchState, ElasticSampler, ...): imported last, it uses the above.
+from ringfold.torch import elastic  # noqa: E402
