@@ -22,6 +22,10 @@ packages=(
                                                      # (its own config and keys; never the system's)
   python3 python3-venv                               # deploy/ checks run in a cached venv
 )
+# --- Spark (ringfold.spark; tests/python/run.sh spark): Spark 4 needs Java 17 or 21 and
+# Debian 12 has 17 (44 MB download); pyspark itself comes from PyPI (requirements-spark.txt).
+packages+=(openjdk-17-jre-headless)
+# --- end Spark ---
 
 missing=()
 for p in "${packages[@]}"; do

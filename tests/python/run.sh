@@ -15,6 +15,9 @@
 #   tests/python/run.sh c10d-death       3 ranks with env:// variables; the last SIGKILLs itself
 #   tests/python/run.sh deepspeed  DeepSpeed ZeRO 1/2/3 on CPU over backend "ringfold" against
 #                                  "gloo" (one pytest process starting its own 2-rank jobs)
+#   tests/python/run.sh elastic    ringfold.torch.elastic (test_torch_elastic.py): one pytest process
+#                                  starting its own jobs under ringfoldrun's elastic mode
+#                                  ($RINGFOLDRUN, else $BUILD_DIR/ringfoldrun) and torchrun
 # Needs scripts/python_package.sh to have installed the wheel into ${BUILD_DIR:-build}/python-site
 # (scripts/test.sh does). A collective that stalls fails after 20 s instead of hanging.
 set -euo pipefail
@@ -42,6 +45,19 @@ if [[ "$np" == deepspeed ]]; then
     "$here/test_deepspeed_zero.py" "$@"
 fi
 # --- end deepspeed mode ---
+# --- spark modes (test_spark.py, test_spark_cluster.py: ringfold.spark) ---
+#   tests/python/run.sh spark          run/HorovodRunner on a local[4] session (this pytest is the
+#                                      Spark driver; its jobs start their ranks themselves)
+#   tests/python/run.sh spark-cluster  one job on local-cluster[2,1,1024] (2 executor JVMs; slow)
+# In the venv of requirements-spark.txt (pyspark over the torch venv); Java from install_deps.sh.
+if [[ "$np" == spark || "$np" == spark-cluster ]]; then
+  venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-spark.txt")
+  file=test_spark.py
+  [[ "$np" == spark ]] || file=test_spark_cluster.py
+  exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --noconftest \
+    -o 'markers=slow: starts its own multi-JVM Spark session' "$here/$file" "$@"
+fi
+# --- end spark modes ---
 # --- tensorflow / keras modes (test_tensorflow*.py, test_keras.py, examples/keras_train.py) ---
 #   tests/python/run.sh tensorflow NP    ringfold.tensorflow and ringfold.keras (TF backend) under
 #                                        ringfoldrun -np NP, in the venv of requirements-tensorflow.txt
@@ -107,6 +123,13 @@ if [[ "$np" == keras-torch ]]; then
 fi
 # --- end tensorflow / keras modes ---
 venv=$("$root/scripts/pyenv.sh" "$root/bindings/python/requirements-test.txt")
+# --- elastic mode (test_torch_elastic.py) ---
+# Not under a launcher: the tests start their jobs themselves, hence --noconftest.
+if [[ "$np" == elastic ]]; then
+  BUILD_DIR="$build" exec "$venv/bin/python" -m pytest -q -p no:cacheprovider --noconftest \
+    "$here/test_torch_elastic.py" "$@"
+fi
+# --- end elastic mode ---
 if [[ "$np" == peer-death ]]; then
   RINGFOLD_TIMEOUT=5 exec "$site/bin/ringfoldrun" -np 3 "$venv/bin/python" "$here/peer_death.py" "$@"
 fi
