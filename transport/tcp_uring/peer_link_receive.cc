@@ -87,7 +87,13 @@ void PeerLink::onRecv(SocketState& s, bool direct, int res) {
 // later ones that no buffered message satisfies, fail.
 void PeerLink::onSocketDown(SocketState& s, int res) {
   s.down = true;
-  bool midFrame = s.direct != nullptr || s.begin != s.end || s.stalled;
+  // A socket stalled on a later message waits for an earlier header that only another open
+  // socket can bring; once it is the last one open, it waits forever (and, no longer reading,
+  // never sees its own end): that is a frame cut off too. (Found by tests/fuzz/tcp_frames_fuzz.)
+  const auto open = std::count_if(sockets_.begin(), sockets_.end(), [](auto& x) { return !x->down; });
+  const bool stranded = open == 1 && std::any_of(sockets_.begin(), sockets_.end(),
+                                                 [](auto& x) { return !x->down && x->stalled; });
+  bool midFrame = s.direct != nullptr || s.begin != s.end || s.stalled || stranded;
   if (downRes_ == 1) {  // the first: what the error will say (poisonGone())
     downRes_ = res;
     downSocket_ = s.index;
@@ -178,6 +184,11 @@ void PeerLink::parse(SocketState& s) {
     } else if (h.msgId == nextResolve_) {
       m = resolve(h);
       if (m == nullptr) return;  // mismatch: poisoned
+    } else if (std::none_of(sockets_.begin(), sockets_.end(), [&](auto& x) { return x.get() != &s && !x->down; })) {
+      // No other open socket can bring the earlier message's first header (found by
+      // tests/fuzz/tcp_frames_fuzz: the link waited forever, no longer reading this socket).
+      return protocolError(s, detail::concat("a chunk of message ", h.msgId, " before message ", nextResolve_,
+                                             "'s first header, with no other socket to bring it"));
     } else {
       s.stalled = true;  // an earlier message's first header is still on another socket
       stalledAny_ = true;

@@ -1,8 +1,9 @@
 // transport/tcp_uring/pair.h, the entry point the NCCL net plugin uses: a PairLink over TCP
 // sockets connected by hand (loopback, both ends in this thread), and its receives that may be
 // larger than their message, both when the receive is posted first and when the message arrived
-// first (unexpected, buffered, then copied), large messages striped over several sockets, and a
-// message larger than its receive (CheckMismatch).
+// first (unexpected, buffered, then copied), large messages striped over several sockets, a
+// message larger than its receive (CheckMismatch), and a chunk of a later message that no open
+// socket can complete (found by tests/fuzz/tcp_frames_fuzz: the link waited forever).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,9 +12,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "transport/connection.h"
+#include "transport/tcp_uring/frame.h"
 #include "transport/tcp_uring/pair.h"
 
 namespace {
@@ -130,6 +134,63 @@ TEST(PairLink, RejectsBadArguments) {
   EXPECT_THROW(PairLink({}, 0), ringfold::InvalidArgument);
   auto [acc, con] = tcpPairs(1);
   EXPECT_THROW(PairLink(std::move(acc), 2), ringfold::InvalidArgument);
+}
+
+// A DATA frame of message `msgId` (4 payload bytes), written by hand on `fd`.
+void writeChunk(int fd, uint64_t msgId, uint64_t tag) {
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = static_cast<uint8_t>(FrameType::kData);
+  h.msgId = msgId;
+  h.tag = tag;
+  h.total = 8;
+  h.offset = 4;
+  h.length = 4;
+  std::vector<char> frame(sizeof h + 4, 'x');
+  std::memcpy(frame.data(), &h, sizeof h);
+  ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+}
+
+// Drives `link` until it fails (true) or 10 s pass (false).
+bool failsSoon(PairLink& link) {
+  const auto end = Clock::now() + std::chrono::seconds(10);
+  while (!link.failed() && Clock::now() < end) link.progress();
+  return link.failed();
+}
+
+std::string errorText(const PairLink& link) {
+  try {
+    std::rethrow_exception(link.error());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+TEST(PairLink, ChunkOfALaterMessageOnTheOnlySocketIsAProtocolError) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink link(std::move(acc), 0);
+  std::vector<char> buf(64);
+  auto r = link.irecv(buf.data(), buf.size(), 7);
+  writeChunk(con[0].fd(), 5, 7);  // message 5 while message 0 has not begun
+  ASSERT_TRUE(failsSoon(link));
+  const std::string e = errorText(link);
+  EXPECT_NE(e.find("protocol error"), std::string::npos) << e;
+  EXPECT_NE(e.find("message 5 before message 0"), std::string::npos) << e;
+}
+
+TEST(PairLink, StalledSocketLeftAloneWhenTheOtherClosesFailsTheLink) {
+  auto [acc, con] = tcpPairs(2);
+  PairLink link(std::move(acc), 0);
+  std::vector<char> buf(64);
+  auto r = link.irecv(buf.data(), buf.size(), 7);
+  // Message 1's chunk reaches one socket; message 0's header would come on the other, which
+  // closes instead. Which accepted socket the link reads as which does not matter: try both.
+  writeChunk(con[1].fd(), 1, 7);
+  const auto settle = Clock::now() + std::chrono::milliseconds(200);
+  while (Clock::now() < settle) link.progress();
+  ASSERT_FALSE(link.failed()) << errorText(link);
+  con[0].reset();
+  ASSERT_TRUE(failsSoon(link)) << "the link waited on a socket no header can reach any more";
 }
 
 }  // namespace
