@@ -201,8 +201,10 @@ TfConfig parseTfConfig(const std::string& json) {
     if (entry == nullptr) return list;
     if (entry->kind != Json::kArray) RF_THROW(InvalidArgument, "TF_CONFIG's cluster.", name, " is not a list");
     for (const Json& item : entry->items) {
-      if (item.kind != Json::kString || item.text.rfind(':') == std::string::npos) {
-        RF_THROW(InvalidArgument, "TF_CONFIG's cluster.", name, " has an entry that is not \"host:port\"");
+      const size_t colon = item.kind == Json::kString ? item.text.rfind(':') : std::string::npos;
+      if (colon == std::string::npos || colon == 0 || colon + 1 == item.text.size()) {
+        RF_THROW(InvalidArgument, "TF_CONFIG's cluster.", name, " has an entry that is not \"host:port\"",
+                 item.kind == Json::kString ? ": \"" + item.text + "\"" : std::string());
       }
       list.push_back(item.text);
     }

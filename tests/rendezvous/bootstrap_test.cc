@@ -463,6 +463,13 @@ TEST_F(Bootstrap, TfConfigErrorsNameTheCause) {
   EXPECT_TRUE(has(errorOf(), "no \"cluster\""));
   set({{"TF_CONFIG", R"({"cluster":{"worker":["a-no-port"]},"task":{"type":"worker","index":0}})"}});
   EXPECT_TRUE(has(errorOf(), "host:port"));
+  // Found by tests/fuzz/tf_config_fuzz: an empty host or port was taken for an address.
+  for (const char* entry : {":2222", "host:", ":"}) {
+    const std::string json = std::string(R"({"cluster":{"worker":[")") + entry + R"("]},"task":{"type":"worker"}})";
+    set({{"TF_CONFIG", json.c_str()}});
+    e = errorOf();
+    EXPECT_TRUE(has(e, "host:port") && has(e, entry)) << e;
+  }
 }
 
 TEST(TfConfigJson, EscapesAndNesting) {
