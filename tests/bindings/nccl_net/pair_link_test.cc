@@ -178,6 +178,18 @@ TEST(PairLink, ChunkOfALaterMessageOnTheOnlySocketIsAProtocolError) {
   EXPECT_NE(e.find("message 5 before message 0"), std::string::npos) << e;
 }
 
+TEST(PairLink, AbortWithoutTextStillSaysSomething) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink link(std::move(acc), 0);
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = static_cast<uint8_t>(FrameType::kAbort);
+  ASSERT_EQ(::send(con[0].fd(), &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  ASSERT_TRUE(failsSoon(link));
+  const std::string e = errorText(link);
+  EXPECT_NE(e.find("rank 1 aborted the job without giving a reason"), std::string::npos) << e;
+}
+
 TEST(PairLink, StalledSocketLeftAloneWhenTheOtherClosesFailsTheLink) {
   auto [acc, con] = tcpPairs(2);
   PairLink link(std::move(acc), 0);
