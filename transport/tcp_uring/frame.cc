@@ -15,6 +15,7 @@ BufferPool::~BufferPool() {
 
 PooledBuffer BufferPool::get(size_t bytes) {
   if (bytes == 0) return {};
+  if (bytes > (size_t{1} << 62)) throw std::bad_alloc();  // its power of two would not fit
   size_t cls = std::max<size_t>(12, std::bit_width(bytes - 1));  // 4 KiB and up
   if (cls < free_.size() && !free_[cls].empty()) {
     std::byte* p = free_[cls].back();

@@ -83,6 +83,8 @@ struct PooledBuffer {
   size_t capacity = 0;
 };
 
+// get(bytes) throws std::bad_alloc when no memory is left for `bytes` (rounded up to a power
+// of two).
 class BufferPool {
  public:
   explicit BufferPool(size_t maxCachedBytes) : maxCached_(maxCachedBytes) {}

@@ -1,9 +1,11 @@
 // PeerLink (peer_link.h): receiving, parsing and matching.
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -183,7 +185,7 @@ void PeerLink::parse(SocketState& s) {
       if (m == nullptr) return protocolError(s, "chunk of a message that is already complete");
     } else if (h.msgId == nextResolve_) {
       m = resolve(h);
-      if (m == nullptr) return;  // mismatch: poisoned
+      if (m == nullptr) return;  // mismatch, or no memory for it: poisoned
     } else if (std::none_of(sockets_.begin(), sockets_.end(), [&](auto& x) { return x.get() != &s && !x->down; })) {
       // No other open socket can bring the earlier message's first header (found by
       // tests/fuzz/tcp_frames_fuzz: the link waited forever, no longer reading this socket).
@@ -266,7 +268,20 @@ Inbound* PeerLink::resolve(const FrameHeader& h) {
     m->request = r;
     m->dest = r->data;
   } else {
-    m->buffer = device_.buffers().get(h.total);
+    // Buffered until its receive comes: a size no memory here can hold fails the link, with the
+    // size in the message, instead of the process (found by tests/fuzz/tcp_frames_fuzz: a
+    // corrupt or hostile header asked for 32 GiB on a 24 GiB machine).
+    const size_t physical = static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    try {
+      if (h.total > physical) throw std::bad_alloc();
+      m->buffer = device_.buffers().get(h.total);
+    } catch (const std::bad_alloc&) {
+      device_.inbounds().put(m);
+      device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a message of ", h.total,
+                                             " bytes before this rank posted its receive, and there is no memory "
+                                             "to hold it until then (this host has ", physical, " bytes)"));
+      return nullptr;
+    }
     m->dest = m->buffer.data;
     unexpected_.push_back(m);
   }

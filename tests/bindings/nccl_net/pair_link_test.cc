@@ -190,6 +190,21 @@ TEST(PairLink, AbortWithoutTextStillSaysSomething) {
   EXPECT_NE(e.find("rank 1 aborted the job without giving a reason"), std::string::npos) << e;
 }
 
+TEST(PairLink, UnexpectedMessageLargerThanMemoryFailsTheLinkNotTheProcess) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink link(std::move(acc), 0);
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = static_cast<uint8_t>(FrameType::kData);
+  h.tag = 3;                       // no receive posted: it would be buffered
+  h.total = uint64_t{1} << 63;     // more than any host has
+  ASSERT_EQ(::send(con[0].fd(), &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  ASSERT_TRUE(failsSoon(link));
+  const std::string e = errorText(link);
+  EXPECT_NE(e.find("no memory to hold it"), std::string::npos) << e;
+  EXPECT_NE(e.find("9223372036854775808 bytes"), std::string::npos) << e;
+}
+
 TEST(PairLink, StalledSocketLeftAloneWhenTheOtherClosesFailsTheLink) {
   auto [acc, con] = tcpPairs(2);
   PairLink link(std::move(acc), 0);
