@@ -3,6 +3,8 @@
 #include <bit>
 #include <new>
 
+#include <unistd.h>
+
 #include "transport/tcp_uring/frame.h"
 
 namespace ringfold::transport::tcp_uring {
@@ -13,10 +15,17 @@ BufferPool::~BufferPool() {
   }
 }
 
+size_t hostMemoryBytes() {
+  static const size_t bytes =
+      static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return bytes;
+}
+
 PooledBuffer BufferPool::get(size_t bytes) {
   if (bytes == 0) return {};
   if (bytes > (size_t{1} << 62)) throw std::bad_alloc();  // its power of two would not fit
   size_t cls = std::max<size_t>(12, std::bit_width(bytes - 1));  // 4 KiB and up
+  if ((size_t{1} << cls) > hostMemoryBytes()) throw std::bad_alloc();
   if (cls < free_.size() && !free_[cls].empty()) {
     std::byte* p = free_[cls].back();
     free_[cls].pop_back();

@@ -83,8 +83,11 @@ struct PooledBuffer {
   size_t capacity = 0;
 };
 
-// get(bytes) throws std::bad_alloc when no memory is left for `bytes` (rounded up to a power
-// of two).
+// This host's physical memory in bytes.
+size_t hostMemoryBytes();
+
+// get(bytes) throws std::bad_alloc when `bytes`, rounded up to a power of two, is more than the
+// host's memory, or when no memory is left for it.
 class BufferPool {
  public:
   explicit BufferPool(size_t maxCachedBytes) : maxCached_(maxCachedBytes) {}

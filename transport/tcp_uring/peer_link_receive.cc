@@ -1,6 +1,5 @@
 // PeerLink (peer_link.h): receiving, parsing and matching.
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -271,15 +270,13 @@ Inbound* PeerLink::resolve(const FrameHeader& h) {
     // Buffered until its receive comes: a size no memory here can hold fails the link, with the
     // size in the message, instead of the process (found by tests/fuzz/tcp_frames_fuzz: a
     // corrupt or hostile header asked for 32 GiB on a 24 GiB machine).
-    const size_t physical = static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     try {
-      if (h.total > physical) throw std::bad_alloc();
       m->buffer = device_.buffers().get(h.total);
     } catch (const std::bad_alloc&) {
       device_.inbounds().put(m);
       device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a message of ", h.total,
                                              " bytes before this rank posted its receive, and there is no memory "
-                                             "to hold it until then (this host has ", physical, " bytes)"));
+                                             "to hold it until then (this host has ", hostMemoryBytes(), " bytes)"));
       return nullptr;
     }
     m->dest = m->buffer.data;
