@@ -21,5 +21,21 @@ void throwErrno(const char* file, int line, const char* expr, const std::string&
   throw Error(concat(what, ": ", std::strerror(err), " (", file, ":", line, ")"));
 }
 
+std::string printable(std::string_view text, std::string_view ifEmpty, size_t maxBytes) {
+  if (text.empty()) return std::string(ifEmpty);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= maxBytes) return out + "...";
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+    } else {
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  return out;
+}
+
 }  // namespace detail
 }  // namespace ringfold

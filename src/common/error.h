@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace ringfold {
@@ -105,4 +106,9 @@ std::string concat(Args&&... args) {
 
 namespace ringfold::detail {
 [[noreturn]] void throwErrno(const char* file, int line, const char* expr, const std::string& msg);
+
+// Text that came from outside this process (a peer's abort, a store's error answer), fit for an
+// error message: bytes outside printable ASCII (but newlines and tabs) as \xNN, at most `maxBytes` of the result (then
+// "..."), and `ifEmpty` for no text at all.
+std::string printable(std::string_view text, std::string_view ifEmpty, size_t maxBytes = 1000);
 }

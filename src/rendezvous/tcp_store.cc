@@ -38,23 +38,6 @@ std::string shortKey(const std::string& key) {
   return key.size() <= 80 ? key : key.substr(0, 77) + "...";
 }
 
-// The server's error text as this process reports it: at most 1,000 bytes, each byte outside
-// printable ASCII as \xNN (whatever answers on the store's port decides these bytes).
-std::string printableText(const std::vector<uint8_t>& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size() && out.size() < 1000; ++i) {
-    const uint8_t c = text[i];
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
-    }
-  }
-  if (out.size() >= 1000) out += "...";
-  return out;
-}
-
 int remainingMs(Clock::time_point deadline) {
   auto ms = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ms, 1 << 30)));
@@ -332,7 +315,8 @@ struct TcpStore::Impl {
       // Found by tests/fuzz/store_client_fuzz: the text was passed on as it came, so an empty
       // or binary answer made an error without words.
       throw InvalidArgument("rendezvous store at " + where() + " refused the request: " +
-                            (msg.empty() ? std::string("(no reason given)") : printableText(msg)));
+                            detail::printable(std::string_view(reinterpret_cast<const char*>(msg.data()), msg.size()),
+                                              "(no reason given)"));
     }
     if (status != wire::kOk && status != wire::kCancelled) {
       throwClosed("unexpected status byte " + std::to_string(status));

@@ -75,9 +75,9 @@ std::exception_ptr Monitor::onAbort(int peer, ErrorKind kind, const std::string&
   bool* aborted = connected(peer) ? abortedFlag(*peers_[peer].via) : nullptr;
   if (aborted == nullptr || *aborted) return nullptr;  // the first abort wins
   *aborted = true;
-  // The peer's words are what every rank reports; a peer that sent none (no ringfold rank does;
-  // found by tests/fuzz/tcp_frames_fuzz) still gets an error that says something.
-  return errorOf(kind, peer, text.empty() ? detail::concat("rank ", peer, " aborted the job without giving a reason") : text);
+  // The peer's words are what every rank reports: printable, and something even when a peer sent
+  // none or only control bytes (no ringfold rank does; found by tests/fuzz/tcp_frames_fuzz).
+  return errorOf(kind, peer, detail::printable(text, detail::concat("rank ", peer, " aborted the job without giving a reason"), 4000));
 }
 
 std::exception_ptr Monitor::abort(const Links& by, ErrorKind kind, const std::string& text) {

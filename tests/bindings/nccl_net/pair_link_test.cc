@@ -190,6 +190,22 @@ TEST(PairLink, AbortWithoutTextStillSaysSomething) {
   EXPECT_NE(e.find("rank 1 aborted the job without giving a reason"), std::string::npos) << e;
 }
 
+TEST(PairLink, AbortTextIsMadePrintable) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink link(std::move(acc), 0);
+  const std::string text("\0oops\x01", 6);
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = static_cast<uint8_t>(FrameType::kAbort);
+  h.length = text.size();
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+  frame += text;
+  ASSERT_EQ(::send(con[0].fd(), frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  ASSERT_TRUE(failsSoon(link));
+  const std::string e = errorText(link);
+  EXPECT_NE(e.find("\\x00oops\\x01"), std::string::npos) << e;
+}
+
 TEST(PairLink, UnexpectedMessageLargerThanMemoryFailsTheLinkNotTheProcess) {
   auto [acc, con] = tcpPairs(1);
   PairLink link(std::move(acc), 0);
