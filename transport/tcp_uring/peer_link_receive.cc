@@ -182,6 +182,12 @@ void PeerLink::parse(SocketState& s) {
     if (h.msgId < nextResolve_) {
       m = findActive(h.msgId);
       if (m == nullptr) return protocolError(s, "chunk of a message that is already complete");
+      // The chunk was checked against its own header's total: it must be its message's (found by
+      // tests/fuzz/tcp_frames_fuzz: a later chunk claiming a larger total wrote past the buffer).
+      if (h.total != m->total || h.tag != m->tag || h.check != m->check) {
+        return protocolError(s, detail::concat("a chunk of message ", h.msgId, " says ", h.total, " bytes with tag ",
+                                               h.tag, ", its first chunk said ", m->total, " bytes with tag ", m->tag));
+      }
     } else if (h.msgId == nextResolve_) {
       m = resolve(h);
       if (m == nullptr) return;  // mismatch, or no memory for it: poisoned

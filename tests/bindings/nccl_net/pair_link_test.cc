@@ -221,6 +221,27 @@ TEST(PairLink, UnexpectedMessageLargerThanMemoryFailsTheLinkNotTheProcess) {
   EXPECT_NE(e.find("9223372036854775808 bytes"), std::string::npos) << e;
 }
 
+TEST(PairLink, LaterChunkClaimingAnotherTotalIsAProtocolError) {
+  auto [acc, con] = tcpPairs(1);
+  PairLink link(std::move(acc), 0);
+  std::vector<char> buf(64);
+  auto r = link.irecv(buf.data(), buf.size(), 7);
+  writeChunk(con[0].fd(), 0, 7);  // message 0: 8 bytes, its second half
+  FrameHeader h{};
+  h.magic = kFrameMagic;
+  h.type = static_cast<uint8_t>(FrameType::kData);
+  h.tag = 7;
+  h.total = uint64_t{1} << 40;     // the same message, now "1 TiB", chunk far past the 64 bytes
+  h.offset = 1 << 20;
+  h.length = 4;
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+  frame += "abcd";
+  ASSERT_EQ(::send(con[0].fd(), frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  ASSERT_TRUE(failsSoon(link));
+  const std::string e = errorText(link);
+  EXPECT_NE(e.find("its first chunk said 8 bytes"), std::string::npos) << e;
+}
+
 TEST(PairLink, StalledSocketLeftAloneWhenTheOtherClosesFailsTheLink) {
   auto [acc, con] = tcpPairs(2);
   PairLink link(std::move(acc), 0);
