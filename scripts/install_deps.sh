@@ -21,6 +21,8 @@ packages=(
   openssh-server                                     # tests/netns runs one sshd per emulated host
                                                      # (its own config and keys; never the system's)
   python3 python3-venv                               # deploy/ checks run in a cached venv
+  clang libclang-rt-dev                              # sanitizer builds and libFuzzer targets
+                                                     # (scripts/sanitize.sh, scripts/fuzz.sh)
 )
 # --- Spark (ringfold.spark; tests/python/run.sh spark): Spark 4 needs Java 17 or 21 and
 # Debian 12 has 17 (44 MB download); pyspark itself comes from PyPI (requirements-spark.txt).
