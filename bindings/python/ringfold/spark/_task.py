@@ -122,8 +122,17 @@ class DriverLink:
         self._sock.close()
 
 
+# A rank's identity comes from this job alone: the same variables inherited from a launcher the
+# driver or executor itself runs under (ringfoldrun, horovodrun, an elastic worker) would
+# contradict it (the bootstrap refuses RINGFOLD_RANK and HOROVOD_RANK that disagree).
+_INHERITED_IDENTITY = (
+    'HOROVOD_RANK', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_RANK', 'HOROVOD_LOCAL_SIZE', 'HOROVOD_CROSS_RANK',
+    'HOROVOD_CROSS_SIZE', 'HOROVOD_ELASTIC', 'RINGFOLD_ELASTIC', 'RINGFOLD_ELASTIC_WORKER_ID',
+    'RINGFOLD_INCARNATION')
+
+
 def _rank_env(job, place_, store_addr, store_port, gpu, parent_pid, log_fd):
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED_IDENTITY}
     for k, v in (job.get('env') or {}).items():
         if v is None:
             env.pop(k, None)
