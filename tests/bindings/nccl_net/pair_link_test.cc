@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -136,19 +135,25 @@ TEST(PairLink, RejectsBadArguments) {
   EXPECT_THROW(PairLink(std::move(acc), 2), ringfold::InvalidArgument);
 }
 
-// A DATA frame of message `msgId` (4 payload bytes), written by hand on `fd`.
-void writeChunk(int fd, uint64_t msgId, uint64_t tag) {
+// One frame written by hand on `fd`: a header with these fields, then `payload`.
+void sendFrame(int fd, FrameType type, uint64_t msgId, uint64_t tag, uint64_t total, uint64_t offset,
+               const std::string& payload = "") {
   FrameHeader h{};
   h.magic = kFrameMagic;
-  h.type = static_cast<uint8_t>(FrameType::kData);
+  h.type = static_cast<uint8_t>(type);
   h.msgId = msgId;
   h.tag = tag;
-  h.total = 8;
-  h.offset = 4;
-  h.length = 4;
-  std::vector<char> frame(sizeof h + 4, 'x');
-  std::memcpy(frame.data(), &h, sizeof h);
+  h.total = total;
+  h.offset = offset;
+  h.length = payload.size();
+  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+  frame += payload;
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+}
+
+// A DATA frame of message `msgId`: the second half (4 bytes) of an 8-byte message.
+void writeChunk(int fd, uint64_t msgId, uint64_t tag) {
+  sendFrame(fd, FrameType::kData, msgId, tag, 8, 4, "xxxx");
 }
 
 // Drives `link` until it fails (true) or 10 s pass (false).
@@ -181,10 +186,7 @@ TEST(PairLink, ChunkOfALaterMessageOnTheOnlySocketIsAProtocolError) {
 TEST(PairLink, AbortWithoutTextStillSaysSomething) {
   auto [acc, con] = tcpPairs(1);
   PairLink link(std::move(acc), 0);
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = static_cast<uint8_t>(FrameType::kAbort);
-  ASSERT_EQ(::send(con[0].fd(), &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  sendFrame(con[0].fd(), FrameType::kAbort, 0, 0, 0, 0);
   ASSERT_TRUE(failsSoon(link));
   const std::string e = errorText(link);
   EXPECT_NE(e.find("rank 1 aborted the job without giving a reason"), std::string::npos) << e;
@@ -193,14 +195,7 @@ TEST(PairLink, AbortWithoutTextStillSaysSomething) {
 TEST(PairLink, AbortTextIsMadePrintable) {
   auto [acc, con] = tcpPairs(1);
   PairLink link(std::move(acc), 0);
-  const std::string text("\0oops\x01", 6);
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = static_cast<uint8_t>(FrameType::kAbort);
-  h.length = text.size();
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
-  frame += text;
-  ASSERT_EQ(::send(con[0].fd(), frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  sendFrame(con[0].fd(), FrameType::kAbort, 0, 0, 0, 0, std::string("\0oops\x01", 6));
   ASSERT_TRUE(failsSoon(link));
   const std::string e = errorText(link);
   EXPECT_NE(e.find("\\x00oops\\x01"), std::string::npos) << e;
@@ -209,12 +204,8 @@ TEST(PairLink, AbortTextIsMadePrintable) {
 TEST(PairLink, UnexpectedMessageLargerThanMemoryFailsTheLinkNotTheProcess) {
   auto [acc, con] = tcpPairs(1);
   PairLink link(std::move(acc), 0);
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = static_cast<uint8_t>(FrameType::kData);
-  h.tag = 3;                       // no receive posted: it would be buffered
-  h.total = uint64_t{1} << 63;     // more than any host has
-  ASSERT_EQ(::send(con[0].fd(), &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  // Tag 3 has no receive posted, so the message would be buffered; 2^63 bytes: more than any host has.
+  sendFrame(con[0].fd(), FrameType::kData, 0, 3, uint64_t{1} << 63, 0);
   ASSERT_TRUE(failsSoon(link));
   const std::string e = errorText(link);
   EXPECT_NE(e.find("no memory to hold it"), std::string::npos) << e;
@@ -227,16 +218,8 @@ TEST(PairLink, LaterChunkClaimingAnotherTotalIsAProtocolError) {
   std::vector<char> buf(64);
   auto r = link.irecv(buf.data(), buf.size(), 7);
   writeChunk(con[0].fd(), 0, 7);  // message 0: 8 bytes, its second half
-  FrameHeader h{};
-  h.magic = kFrameMagic;
-  h.type = static_cast<uint8_t>(FrameType::kData);
-  h.tag = 7;
-  h.total = uint64_t{1} << 40;     // the same message, now "1 TiB", chunk far past the 64 bytes
-  h.offset = 1 << 20;
-  h.length = 4;
-  std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
-  frame += "abcd";
-  ASSERT_EQ(::send(con[0].fd(), frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  // The same message, now "1 TiB", with a chunk far past the 64 bytes.
+  sendFrame(con[0].fd(), FrameType::kData, 0, 7, uint64_t{1} << 40, 1 << 20, "abcd");
   ASSERT_TRUE(failsSoon(link));
   const std::string e = errorText(link);
   EXPECT_NE(e.find("its first chunk said 8 bytes"), std::string::npos) << e;
