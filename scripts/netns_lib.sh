@@ -13,11 +13,14 @@
 #   netns_down PREFIX HOST_RE               kill every process in PREFIX+HOST_RE and PREFIX"br",
 #                                           delete them and stray veths (idempotent)
 #   netns_list PREFIX HOST_RE               the cluster's namespaces, one per line
-#   netns_delay NS DELAY_US [QUEUE]         hold every IPv4 packet NS sends (but on lo), or
-#                                           bridges (a bridge namespace, with br_netfilter), for
-#                                           DELAY_US microseconds: rf_netdelay, detached, on
-#                                           NFQUEUE QUEUE (default 0) of NS, and an iptables rule
-#                                           (mangle POSTROUTING, --queue-bypass: a dead emulator
+#   netns_impair NS QUEUE [OPTION...]       impair every IPv4 packet NS sends (but on lo), or
+#                                           bridges (a bridge namespace, with br_netfilter):
+#                                           rf_netdelay with OPTIONs (--delay-us US, --jitter-us
+#                                           J, --loss F, --duplicate F, --reorder F, --reorder-us
+#                                           R, --seed S, --limit N: rf_netdelay --help), detached,
+#                                           on NFQUEUE QUEUE of NS, and an iptables rule (mangle
+#                                           POSTROUTING, packets marked $NETNS_DUP_MARK excepted:
+#                                           --duplicate's copies; --queue-bypass: a dead emulator
 #                                           lets packets through). SCHED_FIFO 10, so busy CPUs do
 #                                           not stretch the delay. Log (its --stats line at exit)
 #                                           and pid file: $NETNS_DELAY_DIR/NS.qQUEUE.{log,pid}
@@ -25,9 +28,13 @@
 #                                           host, held packets still count against the sender's
 #                                           TCP small-queue budget (a flow's bytes in flight are
 #                                           capped near 1 ms of its rate); at the bridge they do
-#                                           not (veth has orphaned them): prefer the bridge
-#   netns_delay_stop NS                     SIGTERM NS's emulators and wait (1 s) for them to
-#                                           print their stats and exit; netns_down does it too
+#                                           not (veth has orphaned them): prefer the bridge for
+#                                           delay. One emulator per namespace: the first rule
+#                                           takes every packet
+#   netns_delay NS DELAY_US [QUEUE]         netns_impair NS QUEUE (default 0) --delay-us DELAY_US
+#   netns_delay_stop NS                     remove NS's rules, SIGTERM its emulators and wait
+#                                           (1 s) for them to print their stats and exit (held
+#                                           packets leave at once); netns_down does it too
 #
 # rf_netdelay is $RF_NETDELAY, else rf_netdelay on PATH, else build/tests/netns/rf_netdelay of
 # this repository. With $RF_NETNS_OWNER_PID set, emulators also exit when that process exits
@@ -89,29 +96,51 @@ netns_delay_bin() {
   fi
 }
 
-netns_delay() {
-  local ns=$1 us=$2 q=${3:-0} bin log pidf
-  [[ $us =~ ^[0-9]+$ && $q =~ ^[0-9]+$ ]] || { echo "netns_delay: DELAY_US and QUEUE are integers" >&2; return 2; }
+# The SO_MARK of --duplicate's copies, which the queue rules exclude.
+NETNS_DUP_MARK=${NETNS_DUP_MARK:-0x52460001}
+
+# netns_impair_rule NS -A|-D QUEUE: add or delete the rule that sends NS's packets to QUEUE.
+netns_impair_rule() {
+  ip netns exec "$1" iptables -w 5 -t mangle "$2" POSTROUTING ! -o lo \
+    -m mark ! --mark "$NETNS_DUP_MARK" -j NFQUEUE --queue-num "$3" --queue-bypass
+}
+
+netns_impair() {
+  local ns=${1:?netns_impair NS QUEUE [OPTION...]} q=${2:?netns_impair NS QUEUE [OPTION...]}
+  local bin log pidf
+  shift 2
+  [[ $q =~ ^[0-9]+$ ]] || { echo "netns_impair: QUEUE is an integer, not '$q'" >&2; return 2; }
   bin=$(netns_delay_bin) || return 1
-  command -v iptables >/dev/null || { echo "netns_delay: iptables not found (apt-get install iptables)" >&2; return 1; }
+  if ! command -v iptables >/dev/null; then
+    echo "netns_impair: iptables not found (apt-get install iptables)" >&2; return 1
+  fi
   mkdir -p "$NETNS_DELAY_DIR"
   log=$NETNS_DELAY_DIR/$ns.q$q.log pidf=$NETNS_DELAY_DIR/$ns.q$q.pid
   # Bound before the rule exists (--daemon returns once the queue is bound), so no packet
   # meets a rule without its emulator except through the bypass.
-  if ! ip netns exec "$ns" "$bin" --delay-us "$us" --queue "$q" --netns "$ns" --rt-priority 10 \
-         --daemon --stats \
+  if ! ip netns exec "$ns" "$bin" "$@" --queue "$q" --dup-mark "$NETNS_DUP_MARK" --netns "$ns" \
+         --rt-priority 10 --daemon --stats \
          --pid-file "$pidf" ${RF_NETNS_OWNER_PID:+--parent-pid "$RF_NETNS_OWNER_PID"} \
          </dev/null >"$log" 2>&1; then
-    echo "netns_delay: rf_netdelay failed in $ns:" >&2; cat "$log" >&2; return 1
+    echo "netns_impair: rf_netdelay failed in $ns:" >&2; cat "$log" >&2; return 1
   fi
-  ip netns exec "$ns" iptables -w 5 -t mangle -A POSTROUTING ! -o lo \
-    -j NFQUEUE --queue-num "$q" --queue-bypass
+  netns_impair_rule "$ns" -A "$q"
+}
+
+netns_delay() {
+  local ns=$1 us=$2 q=${3:-0}
+  if ! [[ $us =~ ^[0-9]+$ && $q =~ ^[0-9]+$ ]]; then
+    echo "netns_delay: DELAY_US and QUEUE are integers" >&2; return 2
+  fi
+  netns_impair "$ns" "$q" --delay-us "$us"
 }
 
 netns_delay_stop() {
-  local ns=$1 f pid pids=() i alive
+  local ns=$1 f q pid pids=() i alive
   for f in "$NETNS_DELAY_DIR/$ns".q*.pid; do
     [[ -f $f ]] || continue
+    q=${f##*.q} q=${q%.pid}
+    netns_impair_rule "$ns" -D "$q" 2>/dev/null || true
     pid=$(cat "$f" 2>/dev/null || true)
     # Only a process that is still in this namespace (a stale file may name a reused pid).
     if [[ $pid =~ ^[0-9]+$ ]] && ip netns pids "$ns" 2>/dev/null | grep -qx "$pid"; then
