@@ -103,6 +103,93 @@ def tcp_frames():
     write(t, 'waiting', frame(3, 1, 0, 0, 500, 250, b'', seq=1))
 
 
+def length(n):
+    """Input::length() of the shm and rdma slot targets: small, 16-bit or 64-bit."""
+    if n < 0x40:
+        return bytes([n])
+    if n < 0x10000:
+        return b'\x40' + struct.pack('<H', n)
+    return b'\x80' + struct.pack('<Q', n)
+
+
+def shm_slots():
+    # flags (1: hello and ring header bent, 2: the peer exits at the end), receives {tag | after << 2
+    # | check << 3, length}, then slot ops (shm_slots_fuzz.cc):
+    # op = type | raw-type << 3 | raw-bytes << 4 (op >> 5: 5 geometry, 6 tail jump, 7 own head).
+    t = 'shm_slots_fuzz'
+    eager, more, rts, mismatch, notice, abort = 1, 2, 3, 5, 6, 7
+
+    def slot(stype, tag, total, payload=b'', status=0, number=0, ident=0, extra=0, address=None):
+        b = bytes([stype, status, len(payload), tag, 0]) + length(total) + bytes([number, ident])
+        b += struct.pack('<Q', extra)
+        if stype == rts:
+            b += struct.pack('<Q', address or 0)
+        return b + payload
+
+    def recv(tag, n, after=False):
+        return bytes([tag | (4 if after else 0)]) + length(n)
+
+    msg = bytes(range(100))
+    two = slot(eager, 1, 100, msg[:64]) + slot(more, 1, 100, msg[64:])
+    write(t, 'eager-two-slots', b'\x00\x01' + recv(1, 100) + two)
+    write(t, 'unexpected', b'\x00\x01' + recv(1, 100, after=True) + two)
+    write(t, 'peer-exits-mid-message', b'\x02\x01' + recv(1, 100) + slot(eager, 1, 100, msg[:64]))
+    write(t, 'fifo-per-tag', b'\x00\x03' + recv(1, 3) + recv(2, 2) + recv(1, 1, after=True) +
+          slot(eager, 2, 2, b'xy') + slot(eager, 1, 3, b'abc') + slot(eager, 1, 1, b'z'))
+    write(t, 'control-between', b'\x00\x01' + recv(0, 70) + slot(eager, 0, 70, msg[:64]) +
+          slot(notice, 0, 5, number=1, ident=3, extra=(200 << 32) | 1) + slot(more, 0, 70, msg[64:70]))
+    write(t, 'abort', b'\x00\x01' + recv(0, 8) + slot(abort, 0, 0, b'rank 1 failed', status=3))
+    write(t, 'mismatch', b'\x00\x01' + recv(3, 4) + slot(mismatch, 3, 4, extra=4))
+    write(t, 'rts-unexpected', b'\x00\x01' + recv(2, 5000, after=True) + slot(rts, 2, 5000, address=0x1000))
+    write(t, 'hello-bent', b'\x01' + b'\x00\x01' + struct.pack('<II', 4, 128) + b'\x00' +
+          struct.pack('<II', 4, 128) + b'\x00')
+    write(t, 'tail-jump', b'\x00\x01' + recv(0, 1) + bytes([6 << 5]) + struct.pack('<h', 1000))
+    write(t, 'geometry', b'\x00\x01' + recv(0, 1) + bytes([5 << 5, 0]) + struct.pack('<II', 0, 1 << 20) +
+          slot(eager, 0, 1, b'q'))
+
+
+def rdma_slots():
+    # flags (1: ring geometry, 2: a text in place of the blob's first line (4) or fabric address,
+    # 8: hello text), receives as for shm, then ops (rdma_slots_fuzz.cc): op = type index |
+    # raw-number << 3 | raw-payload-bytes << 4; op >> 5: 0-3 a slot, 4 at a raw index, 5 a raw
+    # immediate, 6 toggle answering clear-to-send, 7 vanish.
+    t = 'rdma_slots_fuzz'
+    data, rts, cts, notice, abort, hello = 0, 1, 2, 3, 4, 5
+
+    def slot(kind, tag, total, payload=b'', status=0, number=None, stamp=0, rts_id=0, rdv=0, cut=None):
+        op = kind | (8 if number is not None else 0)
+        b = bytes([op, status])
+        if number is not None or kind not in (data, rts):
+            b += bytes([number or 0])
+        b += bytes([tag, 0]) + length(total)
+        if kind != data:
+            b += bytes([len(payload)])
+        b += bytes([stamp, 0, rts_id, rdv])
+        if kind == cts:
+            b += struct.pack('<Q', cut or 0)
+        return b + payload
+
+    def recv(tag, n, after=False):
+        return bytes([tag | (4 if after else 0)]) + length(n)
+
+    write(t, 'eager', b'\x00\x01' + recv(1, 10) + slot(data, 1, 10, bytes(range(10))))
+    write(t, 'eager-stamped', b'\x00\x01' + recv(1, 64) + slot(data, 1, 64, bytes(64), stamp=1))
+    write(t, 'unexpected', b'\x00\x02' + recv(1, 10, after=True) + recv(0, 0, after=True) +
+          slot(data, 1, 10, b'0123456789') + slot(data, 0, 0))
+    write(t, 'rendezvous', b'\x00\x01' + recv(2, 5000) + slot(rts, 2, 5000, rts_id=7))
+    write(t, 'rendezvous-bounce', b'\x00\x01' + recv(2, 9000, after=True) + slot(rts, 2, 9000, rts_id=3))
+    write(t, 'out-of-order', b'\x00\x02' + recv(0, 1) + recv(0, 2) + slot(data, 0, 2, b'bb', number=1) +
+          slot(data, 0, 1, b'a', number=0))
+    write(t, 'notice-abort', b'\x00\x01' + recv(0, 4) + slot(notice, 2, 30, number=1) +
+          slot(abort, 0, 0, b'rank 1 gave up', status=3))
+    write(t, 'cts-unknown', b'\x00\x00' + slot(cts, 0, 100, rts_id=9, cut=(1 << 48) | 4096))
+    write(t, 'blob-ring', b'\x01' + struct.pack('<II', (1 << 29) - 1, 1 << 12) + b'\x00\x00' + b'\x00')
+    write(t, 'blob-text', b'\x06' + bytes([9]) + b'garbage 1' + b'\x00')
+    write(t, 'hello-text', b'\x08' + bytes([17]) + b'ringfold-rdma 2 -' + b'\x00')
+    write(t, 'raw-immediates', b'\x00\x01' + recv(0, 1) + bytes([5 << 5]) + struct.pack('<I', (2 << 29) | 100) +
+          bytes([5 << 5]) + struct.pack('<I', (3 << 29) | 5) + bytes([5 << 5]) + struct.pack('<I', (1 << 29) | 9))
+
+
 if __name__ == '__main__':
     store_requests()
     store_replies()
@@ -112,3 +199,5 @@ if __name__ == '__main__':
     bootstrap_envs()
     c_api()
     tcp_frames()
+    shm_slots()
+    rdma_slots()

@@ -7,17 +7,20 @@
 
 #include <atomic>
 #include <cstring>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
 #include "rdma_test_util.h"
 #include "rendezvous/hash_store.h"
+#include "rendezvous/secret.h"
 #include "tcp_test_util.h"
 #include "transport/liveness/monitor.h"
 #include "transport/memory_region.h"
 #include "transport/rdma/device.h"
 #include "transport/rdma/fabric_fake.h"
 #include "transport/rdma/registration_cache.h"
+#include "transport/rdma/wire.h"
 
 namespace ringfold::test {
 namespace {
@@ -915,6 +918,170 @@ TEST(RdmaRegistrations, RegionMadeBeforeConnectAll) {
   }
   for (auto& t : threads) t.join();
   expectAllOk(errors);
+}
+
+// ---- a peer played by hand ---------------------------------------------------------------------
+// Rank 0 is a real rdma Device over the fake fabric; rank 1 drives a fake Fabric by hand: it
+// publishes its address blob (`ring` bent where a test says), says hello, and writes slots into
+// rank 0's ring that a correct peer never writes (the defects tests/fuzz/rdma_slots_fuzz found).
+struct HandPeer {
+  static constexpr uint32_t kSlots = 8;
+  rendezvous::HashStore store;
+  std::unique_ptr<transport::Device> device;
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  std::unique_ptr<rdma::Fabric> fabric = fake::open(1, 2);
+  std::vector<std::byte> ring = std::vector<std::byte>(kSlots * kSlotBytes);
+  std::vector<std::byte> staging = std::vector<std::byte>(64 * kSlotBytes);
+  rdma::Registration ringReg, stagingReg;
+  rdma::RemoteAddress remote;  // rank 0's ring for rank 1
+  uint64_t position = 0;
+  std::exception_ptr error;  // rank 0's connectAll
+
+  explicit HandPeer(uint32_t announcedSlots = kSlots, uint32_t announcedSlotBytes = kSlotBytes) {
+    rdma::Options o;
+    o.fabric = "fake";
+    device = rdma::createDevice(o);
+    ringReg = fabric->registerMemory(ring.data(), ring.size(), rdma::MemoryKind::kHost);
+    stagingReg = fabric->registerMemory(staging.data(), staging.size(), rdma::MemoryKind::kHost);
+    std::atomic<bool> done{false};
+    std::thread rank0([&] {
+      try {
+        connections = device->connectAll(store, "hand", 0, 2, 10s);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      done = true;
+    });
+    const std::string address = fabric->localAddress(0);
+    const std::string blob = detail::concat(
+        "ringfold-rdma 1 fake 1 1 2\n0 ", announcedSlots, ' ', announcedSlotBytes, ' ', ringReg.remoteBase, ' ',
+        ringReg.rkey, ' ', rendezvous::toHex(reinterpret_cast<const uint8_t*>(address.data()), address.size()), '\n');
+    store.set("hand/addr/1", std::vector<uint8_t>(blob.begin(), blob.end()));
+    const auto theirs = store.get("hand/addr/0", 10s);
+    std::istringstream in(std::string(theirs.begin(), theirs.end()));
+    std::string line, hex;
+    std::getline(in, line);
+    int q = -1;
+    uint32_t slots = 0, slotBytes = 0;
+    in >> q >> slots >> slotBytes >> remote.address >> remote.rkey >> hex;
+    fabric->insertPeer(0, rendezvous::fromHex(hex));
+    fabric->postImmReceives(0, 1 << 16);
+    store.set("hand/ready/1", std::vector<uint8_t>{'1'});
+    while (!done && !store.check({"hand/ready/0"})) std::this_thread::sleep_for(100us);
+    if (!done) {
+      const std::string hello = "ringfold-rdma 1 -";
+      transport::rdma::wire::SlotHeader h;
+      h.type = static_cast<uint16_t>(transport::rdma::wire::SlotType::kHello);
+      h.payloadBytes = static_cast<uint32_t>(hello.size());
+      write(h, hello.data());
+    }
+    const auto deadline = Clock::now() + 15s;
+    while (!done && Clock::now() < deadline) poll();
+    rank0.join();
+  }
+  ~HandPeer() {
+    connections.clear();
+    device.reset();
+    fabric->close();
+  }
+  transport::Connection& to1() { return *connections.at(1); }
+  // The next slot of rank 0's ring (the tests write fewer than its slots: no credits needed).
+  void write(const transport::rdma::wire::SlotHeader& h, const void* payload = nullptr) {
+    std::byte* st = staging.data() + position * kSlotBytes;
+    std::memcpy(st, &h, sizeof h);
+    if (payload != nullptr) std::memcpy(st + sizeof h, payload, h.payloadBytes);
+    const uint32_t index = static_cast<uint32_t>(position % kSlots);
+    ASSERT_EQ(fabric->postWriteImm(0, 0, st, sizeof h + h.payloadBytes, stagingReg,
+                                   {remote.address + index * kSlotBytes, remote.rkey},
+                                   transport::rdma::wire::imm(transport::rdma::wire::ImmType::kSlot, index), position),
+              0);
+    ++position;
+  }
+  void poll() {
+    rdma::Completion c[16];
+    fabric->poll(c, 16);
+    std::this_thread::sleep_for(100us);
+  }
+  // A message slot: kData (with its payload) or kRts.
+  static transport::rdma::wire::SlotHeader message(transport::rdma::wire::SlotType type, uint64_t number, uint64_t tag,
+                                                   uint64_t length) {
+    transport::rdma::wire::SlotHeader h;
+    h.type = static_cast<uint16_t>(type);
+    h.message = number;
+    h.tag = tag;
+    h.length = length;
+    if (type == transport::rdma::wire::SlotType::kData) h.payloadBytes = static_cast<uint32_t>(length);
+    return h;
+  }
+};
+
+// The IoError a request fails with (its text must contain `words`); rank 1 polls meanwhile.
+void expectLinkFailure(HandPeer& peer, Request& r, const std::string& words) {
+  const auto deadline = Clock::now() + 10s;
+  try {
+    while (!r.test()) {
+      ASSERT_LT(Clock::now(), deadline) << "the request neither completed nor failed";
+      peer.poll();
+    }
+    ADD_FAILURE() << "the request completed";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.peerRank(), 1);
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+using transport::rdma::wire::SlotType;
+
+// A peer's ring is mirrored by a staging area here: one larger than this host's memory is refused
+// at start-up, naming the peer (it aborted the process).
+TEST(RdmaHandPeer, RingLargerThanMemoryIsRefused) {
+  RDMA_ENV;
+  HandPeer peer((1u << 29) - 1, 4096);
+  ASSERT_NE(peer.error, nullptr);
+  try {
+    std::rethrow_exception(peer.error);
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 published a ring of 536870911 slots of 4096 bytes (this host has"),
+              std::string::npos) << e.what();
+  }
+}
+
+// A request to send for what fits a slot (here 0 bytes, matched by a zero-length receive) is a
+// protocol error; it was a null dereference (no registration to answer with).
+TEST(RdmaHandPeer, RequestToSendThatFitsASlotFailsTheLink) {
+  RDMA_ENV;
+  HandPeer peer;
+  ASSERT_EQ(peer.error, nullptr) << describe(peer.error);
+  PlainMemoryRegion none(nullptr, 0);
+  auto r = peer.to1().irecv(none, 0, 0, 1);
+  peer.write(HandPeer::message(SlotType::kRts, 0, 1, 0));
+  expectLinkFailure(peer, *r, "a request to send 0 bytes, which fit a slot");
+}
+
+// An unmatched request to send larger than this host's memory fails the link when it would
+// bounce, with its size, instead of the process.
+TEST(RdmaHandPeer, RequestToSendLargerThanMemoryFailsTheLink) {
+  RDMA_ENV;
+  HandPeer peer;
+  ASSERT_EQ(peer.error, nullptr) << describe(peer.error);
+  Buffer b(8);
+  auto r = peer.to1().irecv(b.region, 0, 8, 2);
+  peer.write(HandPeer::message(SlotType::kRts, 0, 1, uint64_t{1} << 50));
+  expectLinkFailure(peer, *r, "sent a request to send 1125899906842624 bytes before this rank posted its receive");
+}
+
+// A message numbered more than a ring ahead of the one awaited cannot come from a correct sender
+// (it needs a credit per ring position): a protocol error, not one more message held.
+TEST(RdmaHandPeer, MessageMoreThanARingAheadFailsTheLink) {
+  RDMA_ENV;
+  HandPeer peer;
+  ASSERT_EQ(peer.error, nullptr) << describe(peer.error);
+  Buffer b(1);
+  auto r = peer.to1().irecv(b.region, 0, 1, 0);
+  const char x = 'x';
+  peer.write(HandPeer::message(SlotType::kData, 7, 0, 1), &x);  // 7 ahead of 0: within 8 slots
+  peer.write(HandPeer::message(SlotType::kData, 8, 0, 1), &x);
+  expectLinkFailure(peer, *r, "message 8 arrived while message 0 is awaited, more than a ring of 8 slots earlier");
 }
 
 }  // namespace

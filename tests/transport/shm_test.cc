@@ -3,7 +3,11 @@
 // size around the slot and CMA limits with CMA on and off, FIFO matching per tag, messages before
 // their receives (eager, and requests to send that bounce), mismatches on both sides, aborts,
 // timeouts, a peer that goes away, subsets, lazy receives (deliver to a sink), and the copy counts.
+// ShmHandPeer: rank 1 played by hand through the real mesh and mappings, writing slots a correct
+// peer never writes (the defects tests/fuzz/shm_slots_fuzz found).
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -13,6 +17,10 @@
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
 #include "transport/shm/device.h"
+#include "transport/shm/protocol.h"
+#include "transport/shm/ring.h"
+#include "transport/shm/segment.h"
+#include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::test {
 namespace {
@@ -380,6 +388,171 @@ TEST(Shm, AbandonedRequestPoisonsTheDevice) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("destroyed before it completed"), std::string::npos) << e.what();
   }
+}
+
+// ---- a peer played by hand ---------------------------------------------------------------------
+
+// Rank 0 is a real shm Device; rank 1 joins its mesh and sends its hello and descriptors by hand,
+// then writes rank 0's inbox through its own mapping of it (8 slots of 1 KiB, SHM_ENV).
+struct HandPeer {
+  rendezvous::HashStore store;
+  std::unique_ptr<transport::Device> device = shm::createDevice();
+  std::vector<std::unique_ptr<transport::Connection>> connections;
+  transport::tcp_uring::Socket socket;
+  shm::Segment inbox, outbox;  // rank 1's ring; rank 0's (which rank 1 writes)
+  int doorbell = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), peerDoorbell = -1;
+  uint64_t tail = 0;
+
+  HandPeer() {
+    std::exception_ptr error;
+    std::thread rank0([&] {
+      try {
+        connections = device->connectAll(store, "hand", 0, 2, 10s);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    transport::tcp_uring::MeshOptions mesh;
+    mesh.prefix = "hand";
+    mesh.rank = 1;
+    mesh.size = 2;
+    mesh.family = transport::tcp_uring::Family::kUnix;
+    mesh.timeout = 10s;
+    socket = std::move(transport::tcp_uring::connectMesh(store, mesh)[0][0]);
+    inbox = shm::Segment::create("hand-inbox", shm::ringBytes(8, 1024));
+    shm::Ring::format(inbox.data(), 8, 1024);
+    shm::Hello hello;
+    hello.rank = 1;
+    hello.slots = 8;
+    hello.slotBytes = 1024;
+    shm::sendFds(socket.fd(), &hello, sizeof hello, {inbox.fd(), doorbell}, "hello");
+    shm::Hello theirs;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    auto fds = shm::recvFds(socket.fd(), &theirs, sizeof theirs, 2, deadline, "rank 0's hello");
+    outbox = shm::Segment::adopt(fds.at(0), shm::ringBytes(theirs.slots, theirs.slotBytes), "rank 0's ring");
+    peerDoorbell = fds.at(1);
+    const char answer = 0;
+    shm::sendFds(socket.fd(), &answer, 1, {}, "answer");
+    char theirAnswer = 0;
+    shm::recvFds(socket.fd(), &theirAnswer, 1, 0, deadline, "rank 0's answer");
+    rank0.join();
+    if (error) std::rethrow_exception(error);
+  }
+  ~HandPeer() {
+    connections.clear();
+    device.reset();
+    ::close(doorbell);
+    if (peerDoorbell >= 0) ::close(peerDoorbell);
+  }
+  transport::Connection& to1() { return *connections[1]; }
+  shm::RingHeader& ring() { return *static_cast<shm::RingHeader*>(outbox.data()); }
+  // Writes one slot into rank 0's inbox and publishes it.
+  void publish(shm::SlotHeader h, const void* payload = nullptr) {
+    shm::Ring view(outbox.data(), 8, 1024);
+    shm::SlotHeader* s = view.slot(tail);
+    if (payload != nullptr) std::memcpy(shm::Ring::payload(s), payload, h.bytes);
+    *s = h;
+    ring().tail.store(++tail, std::memory_order_release);
+  }
+  static shm::SlotHeader eager(uint64_t tag, uint64_t length, uint32_t bytes) {
+    shm::SlotHeader h;
+    h.type = shm::kEager;
+    h.tag = tag;
+    h.length = length;
+    h.bytes = bytes;
+    return h;
+  }
+};
+
+// The IoError a receive fails with; its text must contain `words`.
+void expectFailure(transport::Request& r, const std::string& words) {
+  try {
+    r.wait(5s);
+    ADD_FAILURE() << "the receive completed";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.peerRank(), 1);
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+// The geometry of a ring is read once: a peer that rewrites the header of the ring it writes
+// (slots 0, huge slots) cannot make this rank divide by zero or reach outside the mapping.
+TEST(ShmHandPeer, RingGeometryIsReadOnce) {
+  SHM_ENV("off");
+  HandPeer peer;
+  peer.ring().slots = 0;
+  peer.ring().slotBytes = 1u << 30;
+  Buffer b(3);
+  auto r = peer.to1().irecv(b.region, 0, 3, 1);
+  peer.publish(HandPeer::eager(1, 3, 3), "abc");
+  r->wait(5s);
+  EXPECT_EQ(std::memcmp(b.bytes.data(), "abc", 3), 0);
+  shm::Ring view(peer.outbox.data(), 8, 1024);
+  EXPECT_EQ(shm::Ring(peer.outbox.data()).slots(), 0u);  // a fresh view reads what is there now
+  EXPECT_EQ(view.slots(), 8u);
+}
+
+// A tail far past the ring (or behind what was read) fails the pair at once instead of reading
+// stale slots as new ones (2^62 of them).
+TEST(ShmHandPeer, TailPastTheRingFailsThePair) {
+  SHM_ENV("off");
+  HandPeer peer;
+  Buffer b(3);
+  auto r = peer.to1().irecv(b.region, 0, 3, 1);
+  shm::SlotHeader notice;
+  notice.type = shm::kNotice;
+  for (int i = 0; i < 8; ++i) peer.publish(notice);
+  peer.ring().tail.store(uint64_t{1} << 62, std::memory_order_release);
+  expectFailure(*r, "published ring position 4611686018427387904");
+}
+
+// Data messages never interleave: a message that starts before the last slot of the one before
+// fails the pair; the cut-off message never reaches a receive (it used to, with 36 bytes its
+// sender never wrote).
+TEST(ShmHandPeer, MessageCutOffByAnotherFailsThePair) {
+  SHM_ENV("off");
+  HandPeer peer;
+  std::vector<uint8_t> msg(2000, 7);
+  peer.publish(HandPeer::eager(1, 2000, 960), msg.data());
+  peer.publish(HandPeer::eager(2, 1, 1), "z");
+  peer.device->progress();
+  Buffer b(2000);
+  std::unique_ptr<transport::Request> r;
+  try {
+    r = peer.to1().irecv(b.region, 0, 2000, 1);
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("started a message (tag 2, 1 bytes) before the last slot"),
+              std::string::npos) << e.what();
+    return;
+  }
+  expectFailure(*r, "started a message (tag 2, 1 bytes) before the last slot");
+}
+
+// An unexpected message larger than this host's memory fails the pair, with its size, instead
+// of the process (an eager message, and a request to send once it would bounce).
+TEST(ShmHandPeer, UnexpectedMessageLargerThanMemoryFailsThePair) {
+  SHM_ENV("off");
+  for (uint8_t type : {shm::kEager, shm::kRts}) {
+    HandPeer peer;
+    Buffer b(1);
+    auto r = peer.to1().irecv(b.region, 0, 1, 3);
+    shm::SlotHeader h = HandPeer::eager(0, uint64_t{1} << 50, 0);
+    h.type = type;
+    h.address = 0x1000;
+    peer.publish(h);
+    expectFailure(*r, "sent a message of 1125899906842624 bytes before this rank posted its receive, and there is "
+                      "no memory to hold it");
+  }
+}
+
+// A zero-length receive may have no memory at all (UBSan: memcpy to null, before the fix).
+TEST(ShmHandPeer, ZeroLengthReceiveWithoutMemory) {
+  SHM_ENV("off");
+  HandPeer peer;
+  transport::PlainMemoryRegion none(nullptr, 0);
+  auto r = peer.to1().irecv(none, 0, 0, 1);
+  peer.publish(HandPeer::eager(1, 0, 0));
+  r->wait(5s);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "common/logging.h"
 #include "transport/liveness/process.h"
@@ -32,12 +34,18 @@ bool fromUser(uint64_t context) {
 
 }  // namespace
 
-std::byte* allocatePages(size_t bytes) {
+std::byte* allocatePages(size_t bytes, bool zeroed) {
   const size_t size = (bytes + 4095) & ~size_t{4095};
   void* p = nullptr;
   if (::posix_memalign(&p, 4096, size) != 0) RF_THROW(Error, "rdma: cannot allocate ", size, " bytes");
-  std::memset(p, 0, size);
+  if (zeroed) std::memset(p, 0, size);
   return static_cast<std::byte*>(p);
+}
+
+size_t hostMemoryBytes() {
+  static const size_t bytes =
+      static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return bytes;
 }
 
 Peer::Peer(DeviceState& device, int rank) : device_(device), rank_(rank) {}
@@ -68,11 +76,15 @@ RingAddress Peer::ring() const {
 }
 
 void Peer::setRemote(const RingAddress& remote) {
-  RF_ENFORCE(remote.slots >= 2 && remote.slots <= wire::kImmValueMask && remote.slotBytes >= 2 * kHeader,
-             "rank ", rank_, " published a ring of ", remote.slots, " slots of ", remote.slotBytes, " bytes");
-  remote_ = remote;
+  // The staging area mirrors the peer's ring: no larger than this host's memory (found by
+  // tests/fuzz/rdma_slots_fuzz: a ring of 2^29 slots of 4 KiB aborted the process).
   const size_t bytes = size_t{remote.slots} * remote.slotBytes;
-  staging_ = allocatePages(bytes);
+  RF_ENFORCE(remote.slots >= 2 && remote.slots <= wire::kImmValueMask && remote.slotBytes >= 2 * kHeader &&
+                 bytes <= hostMemoryBytes(),
+             "rank ", rank_, " published a ring of ", remote.slots, " slots of ", remote.slotBytes,
+             " bytes (this host has ", hostMemoryBytes(), " bytes)");
+  remote_ = remote;
+  staging_ = allocatePages(bytes, false);  // every write copies its bytes in first
   stagingReg_ = device_.fabric().registerMemory(staging_, bytes, MemoryKind::kHost);
   stagingRegistered_ = true;
   credits_ = remote.slots;

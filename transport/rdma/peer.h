@@ -47,8 +47,11 @@ struct RingAddress {
   uint32_t slotBytes = 0;
 };
 
-// Page-aligned, zeroed memory for rings, staging areas and bounce buffers (std::free it).
-std::byte* allocatePages(size_t bytes);
+// Page-aligned memory for rings, staging areas and bounce buffers (std::free it): zeroed, unless
+// `zeroed` is false (memory that is always written before it is read).
+std::byte* allocatePages(size_t bytes, bool zeroed = true);
+// This host's physical memory in bytes: no ring or buffer a peer asks for may be larger.
+size_t hostMemoryBytes();
 
 class Peer {
  public:

@@ -65,6 +65,11 @@ void Peer::onSlot(uint32_t index) {
     case SlotType::kData:
     case SlotType::kRts: {
       if (h.type == typeOf(SlotType::kData) && h.length != h.payloadBytes) return protocolError("eager length");
+      if (h.type == typeOf(SlotType::kRts) && h.length <= recvEagerLimit()) {
+        // A sender uses rendezvous only for what does not fit a slot; a zero-length one would have
+        // no registration to answer with (found by tests/fuzz/rdma_slots_fuzz: a null dereference).
+        return protocolError(detail::concat("a request to send ", h.length, " bytes, which fit a slot"));
+      }
       if (h.type == typeOf(SlotType::kData) && h.address != 0) {
         // Sent without a copy: the header came in a write of its own, which must have landed.
         const uint64_t position = freeHead_ + (index + slots_ - freeHead_ % slots_) % slots_;
@@ -75,6 +80,12 @@ void Peer::onSlot(uint32_t index) {
       device_.monitor().onMessage(rank_, h.message);
       if (h.message < nextResolve_ || held_.count(h.message) != 0) {
         return protocolError(detail::concat("message ", h.message, " arrived twice"));
+      }
+      if (h.message - nextResolve_ >= slots_) {
+        // A sender is at most a ring ahead of the oldest message not yet here (it needs a credit
+        // per ring position, and credits return in order), so at most that many are held.
+        return protocolError(detail::concat("message ", h.message, " arrived while message ", nextResolve_,
+                                            " is awaited, more than a ring of ", slots_, " slots earlier"));
       }
       if (h.message > nextResolve_) {
         // An earlier message is still on its way: keep this one (its payload out of the slot).
@@ -187,6 +198,14 @@ void Peer::bounceUnexpected(std::chrono::steady_clock::duration minAge) {
   const auto arrivedBefore = std::chrono::steady_clock::now() - minAge;
   for (Inbound& m : unexpected_) {
     if (m.header.type != typeOf(SlotType::kRts) || m.bounce != kNoId || m.arrived >= arrivedBefore) continue;
+    if (m.header.length > hostMemoryBytes()) {
+      // A size no memory here can hold fails the link, with the size in the message, instead of
+      // the process (tcp_uring's rule; tests/fuzz/rdma_slots_fuzz plays such a peer).
+      device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a request to send ", m.header.length,
+                                             " bytes before this rank posted its receive, and there is no memory "
+                                             "to hold it until then (this host has ", hostMemoryBytes(), " bytes)"));
+      return;
+    }
     Buffer b;
     try {
       b = takeBuffer(m.header.length);
@@ -234,7 +253,7 @@ Peer::Buffer Peer::takeBuffer(size_t bytes) {
     }
   }
   Buffer b;
-  b.data = allocatePages(size);
+  b.data = allocatePages(size, false);  // the sender's writes fill it before it is read
   b.size = size;
   try {
     b.reg = device_.fabric().registerMemory(b.data, size, MemoryKind::kHost);

@@ -14,6 +14,7 @@
 #include "transport/liveness/process.h"
 #include "transport/shm/device_state.h"
 #include "transport/shm/protocol.h"
+#include "transport/tcp_uring/frame.h"
 
 namespace ringfold::transport::shm {
 
@@ -27,8 +28,13 @@ void Peer::attach(Segment inbox, Segment outbox, int peerDoorbell, tcp_uring::So
                   bool cmaToPeer, std::string cmaWhyNot) {
   inboxSegment_ = std::move(inbox);
   outboxSegment_ = std::move(outbox);
-  in_ = Ring(inboxSegment_.data());
+  // The inbox's geometry is this rank's own (it formatted the ring); the outbox's is read once
+  // and checked (ring.h: the peer may rewrite its header later).
+  in_ = Ring(inboxSegment_.data(), device_.tuning().slots, device_.tuning().slotBytes);
   out_ = Ring(outboxSegment_.data());
+  if (!out_.valid(outboxSegment_.size())) {
+    throw IoError(rank_, detail::concat("shm: the ring rank ", rank_, " sent is not formatted as one"));
+  }
   peerDoorbell_ = peerDoorbell;
   socket_ = std::move(socket);
   pid_ = pid;
@@ -80,7 +86,16 @@ void Peer::deliver(RequestState& r, Unexpected& u) {
   finish(r);
 }
 
-void Peer::allocate(Unexpected& u) {
+bool Peer::allocate(Unexpected& u) {
+  // Buffered until its receive comes: a size no memory here can hold fails the pair, with the
+  // size in the message, instead of the process (tcp_uring's rule; tests/fuzz/shm_slots_fuzz).
+  if (u.length > tcp_uring::hostMemoryBytes()) {
+    device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a message of ", u.length,
+                                           " bytes before this rank posted its receive, and there is no memory to "
+                                           "hold it until then (this host has ", tcp_uring::hostMemoryBytes(),
+                                           " bytes)"));
+    return false;
+  }
   auto best = spares_.end();
   for (auto it = spares_.begin(); it != spares_.end(); ++it) {
     if (it->first >= u.length && (best == spares_.end() || it->first < best->first)) best = it;
@@ -89,10 +104,18 @@ void Peer::allocate(Unexpected& u) {
     u.capacity = best->first;
     u.data = std::move(best->second);
     spares_.erase(best);
-    return;
+    return true;
   }
   u.capacity = std::max<size_t>(u.length, 1);
-  u.data.reset(new std::byte[u.capacity]);
+  try {
+    u.data.reset(new std::byte[u.capacity]);
+  } catch (const std::bad_alloc&) {
+    device_.poisonIo(rank_, detail::concat("rank ", rank_, " sent a message of ", u.length,
+                                           " bytes before this rank posted its receive, and there is no memory "
+                                           "left to hold it until then"));
+    return false;
+  }
+  return true;
 }
 
 void Peer::recycle(Unexpected& u) {
@@ -181,6 +204,14 @@ unsigned Peer::receive() {
   const uint64_t tail = h->tail.load(std::memory_order_acquire);
   unsigned n = 0;
   parked_ = false;
+  if (tail - head_ > in_.slots()) {
+    // More published than the ring holds, or a tail that went back: no slot can be trusted (a
+    // tail far ahead kept this loop reading stale slots; tests/fuzz/shm_slots_fuzz plays such a peer).
+    device_.poisonIo(rank_, detail::concat("rank ", rank_, " published ring position ", tail, " while this rank had read ",
+                                           head_, " of a ring of ", in_.slots(),
+                                           " slots (a corrupt ring, or another ringfold version?)"));
+    return acked;
+  }
   while (head_ < tail && !device_.poisoned()) {
     if (!inMessage_ && parks(in_.slot(head_))) {
       parked_ = true;
@@ -228,6 +259,7 @@ void Peer::handle(SlotHeader* s) {
   const size_t bytes = std::min<size_t>(slot.bytes, in_.payloadBytes());
   switch (slot.type) {
     case kEager: {
+      if (inMessage_) return interleaved(slot);
       device_.monitor().onMessage(rank_, slot.number);
       inMessage_ = true;
       inRequest_ = match(slot.tag);
@@ -240,7 +272,7 @@ void Peer::handle(SlotHeader* s) {
         u->tag = slot.tag;
         u->check = slot.check;
         u->length = slot.length;
-        allocate(*u);
+        if (!allocate(*u)) return;
         inBuffer_ = u.get();
         unexpected_.push_back(std::move(u));
       }
@@ -259,7 +291,7 @@ void Peer::handle(SlotHeader* s) {
           r.sink->take(r.offset, from, take);
           r.sunk += take;
           stats.ringSinkBytes += take;
-        } else {
+        } else if (take > 0) {  // a zero-length receive may have no memory at all
           std::memcpy(r.data + r.offset, from, take);
           stats.ringCopyBytes += take;
         }
@@ -283,6 +315,7 @@ void Peer::handle(SlotHeader* s) {
       return;
     }
     case kRts: {
+      if (inMessage_) return interleaved(slot);
       device_.monitor().onMessage(rank_, slot.number);
       if (RequestState* r = match(slot.tag)) {
         if (!agree(*r, slot.length, slot.check)) return;
@@ -327,12 +360,20 @@ void Peer::handle(SlotHeader* s) {
   }
 }
 
+void Peer::interleaved(const SlotHeader& slot) {
+  // Data messages never interleave (protocol.h): the one cut off would never complete, or (were
+  // it buffered) reach a receive with bytes its sender never wrote (tests/fuzz/shm_slots_fuzz
+  // plays such a peer).
+  device_.poisonIo(rank_, detail::concat("rank ", rank_, " started a message (tag ", slot.tag, ", ", slot.length,
+                                         " bytes) before the last slot of the one it was sending"));
+}
+
 void Peer::bounceUnexpected(Clock::duration minAge) {
   if (unexpected_.empty()) return;
   const Clock::time_point now = Clock::now();
   for (auto& u : unexpected_) {
     if (!u->rts || now - u->arrived < minAge) continue;
-    allocate(*u);
+    if (!allocate(*u)) return;
     if (!readRts(u->data.get(), u->length, u->address, u->id)) return;
     u->rts = false;
     u->filled = u->length;
@@ -393,7 +434,7 @@ unsigned Peer::flush() {
       }
       h.type = kEager;
       h.bytes = static_cast<uint32_t>(std::min(r.length, payload));
-      std::memcpy(Ring::payload(s), r.data, h.bytes);
+      if (h.bytes > 0) std::memcpy(Ring::payload(s), r.data, h.bytes);  // a zero-length send may have no memory
       *s = h;
       r.offset = h.bytes;
       ++stats.eagerMessages;

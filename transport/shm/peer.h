@@ -113,10 +113,13 @@ class Peer {
   };
 
   // Buffers for unexpected messages, kept for reuse (a fresh one costs page faults and zeroing
-  // per message): the smallest spare that fits, else a new one.
-  void allocate(Unexpected& u);
+  // per message): the smallest spare that fits, else a new one. False (after failing the device,
+  // the size named) when this host cannot hold `u.length` bytes.
+  bool allocate(Unexpected& u);
   void recycle(Unexpected& u);
   void handle(SlotHeader* s);
+  // A message's first slot came before the last slot of the one before: fails the device.
+  void interleaved(const SlotHeader& slot);
   // Completes the sends whose ack word the peer has set; returns how many.
   unsigned collectAcks();
   // The first posted receive with `tag` (removed from the list), or null.

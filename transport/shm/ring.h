@@ -77,11 +77,17 @@ inline size_t ringBytes(uint32_t slots, uint32_t slotBytes) {
   return sizeof(RingHeader) + static_cast<size_t>(slots) * slotBytes + kAckWords * sizeof(uint64_t);
 }
 
-// A view of a ring mapped at `base` (either side).
+// A view of a ring mapped at `base` (either side). The geometry is read once, when the view is
+// made (or given): the other process can rewrite the header at any time, and every slot and ack
+// word this process touches must stay inside the mapping whatever it writes there (found by
+// tests/fuzz/shm_slots_fuzz: a peer that set `slots` to 0 made this rank divide by zero).
 class Ring {
  public:
   Ring() = default;
-  explicit Ring(void* base) : h_(static_cast<RingHeader*>(base)) {}
+  explicit Ring(void* base)
+      : h_(static_cast<RingHeader*>(base)), slots_(h_->slots), slotBytes_(h_->slotBytes) {}
+  Ring(void* base, uint32_t slots, uint32_t slotBytes)
+      : h_(static_cast<RingHeader*>(base)), slots_(slots), slotBytes_(slotBytes) {}
   // The consumer formats a fresh segment.
   static Ring format(void* base, uint32_t slots, uint32_t slotBytes) {
     auto* h = new (base) RingHeader;
@@ -93,30 +99,30 @@ class Ring {
     h->head.store(0, std::memory_order_relaxed);
     h->consumerSleeping.store(0, std::memory_order_relaxed);
     h->producerSleeping.store(0, std::memory_order_relaxed);
-    Ring r(base);
+    Ring r(base, slots, slotBytes);
     for (uint64_t i = 0; i < kAckWords; ++i) new (&r.ack(i)) std::atomic<uint64_t>(0);
     return r;
   }
   bool valid(size_t mappedBytes) const {
-    return h_ != nullptr && mappedBytes >= sizeof(RingHeader) && h_->magic == kRingMagic && h_->slots >= 2 &&
-           h_->slotBytes >= 2 * kCacheLine && h_->slotBytes % kCacheLine == 0 &&
-           ringBytes(h_->slots, h_->slotBytes) <= mappedBytes;
+    return h_ != nullptr && mappedBytes >= sizeof(RingHeader) && h_->magic == kRingMagic && slots_ >= 2 &&
+           slotBytes_ >= 2 * kCacheLine && slotBytes_ % kCacheLine == 0 && ringBytes(slots_, slotBytes_) <= mappedBytes;
   }
   RingHeader* header() const { return h_; }
-  uint32_t slots() const { return h_->slots; }
-  size_t payloadBytes() const { return h_->slotBytes - sizeof(SlotHeader); }
+  uint32_t slots() const { return slots_; }
+  size_t payloadBytes() const { return slotBytes_ - sizeof(SlotHeader); }
   SlotHeader* slot(uint64_t position) const {
     auto* first = reinterpret_cast<std::byte*>(h_) + sizeof(RingHeader);
-    return reinterpret_cast<SlotHeader*>(first + (position % h_->slots) * h_->slotBytes);
+    return reinterpret_cast<SlotHeader*>(first + (position % slots_) * slotBytes_);
   }
   static std::byte* payload(SlotHeader* s) { return reinterpret_cast<std::byte*>(s) + sizeof(SlotHeader); }
   std::atomic<uint64_t>& ack(uint64_t id) const {
-    auto* words = reinterpret_cast<std::byte*>(h_) + sizeof(RingHeader) + static_cast<size_t>(h_->slots) * h_->slotBytes;
+    auto* words = reinterpret_cast<std::byte*>(h_) + sizeof(RingHeader) + static_cast<size_t>(slots_) * slotBytes_;
     return reinterpret_cast<std::atomic<uint64_t>*>(words)[id % kAckWords];
   }
 
  private:
   RingHeader* h_ = nullptr;
+  uint32_t slots_ = 0, slotBytes_ = 0;
 };
 
 }  // namespace ringfold::transport::shm
