@@ -33,6 +33,8 @@ constexpr auto kBlockSlice = std::chrono::milliseconds(1);
 constexpr int kPollsBeforeYield = 64;
 // How often progress() looks at the peers' sockets while nothing sleeps.
 constexpr auto kSocketCheckEvery = std::chrono::milliseconds(10);
+// Peers whose sockets a sleeping rank watches along with its doorbell (block()).
+constexpr size_t kSocketsWatchedAsleep = 16;
 
 std::string bytesText(uint64_t b) {
   if (b >= (1u << 20) && b % (1u << 20) == 0) return std::to_string(b >> 20) + " MiB";
@@ -130,6 +132,19 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
     std::string whyNot;
   };
   std::vector<Pending> pending;
+  // Rings are populated at mapping (no first-touch faults on the data path) while this rank's
+  // rings, in and out, fit in kPopulateBudget. A full mesh of n ranks on one host holds n(n-1)
+  // rings, and a collective uses few of them: 256 ranks with the default 1 MiB rings would take
+  // 64 GiB at start-up. Beyond the budget, only the pages a ring uses are taken.
+  constexpr size_t kPopulateBudget = size_t{64} << 20;
+  size_t pairs = 0;
+  for (int p = 0; p < size; ++p) pairs += selected[p] && !sockets[p].empty() ? 1 : 0;
+  const bool populate = pairs * 2 * ringBytes(tuning_.slots, tuning_.slotBytes) <= kPopulateBudget;
+  if (!populate) {
+    RF_LOG(kDebug) << "shm: rank " << rank_ << " has " << pairs << " same-host peers: rings are mapped without "
+                   << "populating them (" << pairs * 2 * ringBytes(tuning_.slots, tuning_.slotBytes) / (1 << 20)
+                   << " MiB, over " << (kPopulateBudget >> 20) << " MiB)";
+  }
   for (int p = 0; p < size; ++p) {
     if (!selected[p]) continue;
     if (sockets[p].empty()) {
@@ -142,7 +157,7 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
     x.peer = p;
     x.socket = std::move(sockets[p][0]);
     x.inbox = Segment::create(detail::concat("ringfold-shm-", rank_, "-from-", p),
-                              ringBytes(tuning_.slots, tuning_.slotBytes));
+                              ringBytes(tuning_.slots, tuning_.slotBytes), populate);
     Ring::format(x.inbox.data(), tuning_.slots, tuning_.slotBytes);
     Hello h;
     h.rank = rank_;
@@ -162,7 +177,7 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
       throw IoError(p, detail::concat("shm: rank ", p, " sent a hello this rank cannot read (another ringfold version?)"));
     }
     x.outbox = Segment::adopt(fds[0], ringBytes(theirs.slots, theirs.slotBytes),
-                              detail::concat("the ring of rank ", p));
+                              detail::concat("the ring of rank ", p), populate);
     x.peerDoorbell = fds[1];
     if (!Ring(x.outbox.data()).valid(x.outbox.size())) {
       throw IoError(p, detail::concat("shm: the ring rank ", p, " sent is not formatted as one"));
@@ -244,11 +259,13 @@ unsigned DeviceState::progress() {
   return n;
 }
 
-void DeviceState::checkSockets(Clock::duration timeout) {
+void DeviceState::checkSockets(Clock::duration timeout, bool sockets) {
   std::vector<pollfd> fds;
   fds.reserve(active_.size() + 1);
   fds.push_back({doorbell_, POLLIN, 0});
-  for (Peer* p : active_) fds.push_back({p->socket(), static_cast<short>(p->gone() ? 0 : POLLIN | POLLRDHUP), 0});
+  if (sockets) {
+    for (Peer* p : active_) fds.push_back({p->socket(), static_cast<short>(p->gone() ? 0 : POLLIN | POLLRDHUP), 0});
+  }
   const auto ns = std::max<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(), 0);
   timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
   const int r = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
@@ -277,7 +294,12 @@ void DeviceState::block(Clock::duration slice) {
   const bool ready = std::any_of(active_.begin(), active_.end(), [](Peer* p) { return p->ready(); });
   if (!ready) {
     ++stats_.sleeps;
-    checkSockets(slice);
+    // With few peers the sleep also watches their sockets, so a hang-up wakes it at once. With
+    // many, only the doorbell: progress() checks the sockets every kSocketCheckEvery anyway, and
+    // a ppoll over hundreds of sockets on every sleep cost more than it saved (256 ranks on 2
+    // cores: a third of the CPU time in sock_poll, and a start-up broadcast along the chain of
+    // ranks past RINGFOLD_TIMEOUT).
+    checkSockets(slice, active_.size() <= kSocketsWatchedAsleep);
   }
   for (Peer* p : active_) p->endSleep();
 }

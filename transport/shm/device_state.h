@@ -83,10 +83,12 @@ class DeviceState final : private liveness::Links {
   void shutdown() noexcept;
 
  private:
-  // Sleeps on the doorbell and the peers' sockets (or `slice`); returns at once if a ring moved.
+  // Sleeps on the doorbell (and, with few peers, their sockets) for up to `slice`; returns at
+  // once if a ring moved.
   void block(std::chrono::steady_clock::duration slice);
-  // Looks at the peers' sockets without waiting (a hang-up: that peer's process ended).
-  void checkSockets(std::chrono::steady_clock::duration timeout);
+  // Waits up to `timeout` (zero: looks without waiting) on the doorbell and, with `sockets`, on
+  // every peer's socket (a hang-up: that peer's process ended).
+  void checkSockets(std::chrono::steady_clock::duration timeout, bool sockets = true);
   bool abortsSent() const;
   void sendNotice(int peer, const liveness::Notice& notice) override;
   void sendAbort(int peer, ErrorKind kind, const std::string& text) override;

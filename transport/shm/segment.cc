@@ -28,7 +28,7 @@ std::string errnoText(int e) { return std::string(std::strerror(e)); }
 
 }  // namespace
 
-Segment Segment::create(const std::string& name, size_t bytes) {
+Segment Segment::create(const std::string& name, size_t bytes, bool populate) {
   Segment s;
   s.size_ = pageRound(bytes);
   s.fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -38,7 +38,7 @@ Segment Segment::create(const std::string& name, size_t bytes) {
   }
   // The size is fixed for good: a peer that maps it cannot be made to fault by a shrink.
   (void)fcntl(s.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  s.data_ = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd_, 0);
+  s.data_ = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), s.fd_, 0);
   if (s.data_ == MAP_FAILED) {
     s.data_ = nullptr;
     throw IoError(-1, detail::concat("shm: mapping the segment ", name, " (", s.size_, " bytes) failed: ", errnoText(errno)));
@@ -46,7 +46,7 @@ Segment Segment::create(const std::string& name, size_t bytes) {
   return s;
 }
 
-Segment Segment::adopt(int fd, size_t minBytes, const std::string& what) {
+Segment Segment::adopt(int fd, size_t minBytes, const std::string& what, bool populate) {
   Segment s;
   s.fd_ = fd;
   struct stat st{};
@@ -60,7 +60,7 @@ Segment Segment::adopt(int fd, size_t minBytes, const std::string& what) {
     throw IoError(-1, detail::concat("shm: ", what, " is not a sealed memfd segment"));
   }
   s.size_ = static_cast<size_t>(st.st_size);
-  s.data_ = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  s.data_ = mmap(nullptr, s.size_, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (s.data_ == MAP_FAILED) {
     s.data_ = nullptr;
     throw IoError(-1, detail::concat("shm: mapping ", what, " (", s.size_, " bytes) failed: ", errnoText(errno)));

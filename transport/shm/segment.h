@@ -28,10 +28,12 @@ class Segment {
  public:
   Segment() = default;
   // A new memfd of `bytes` (rounded up to pages), zeroed, sealed, mapped. `name` shows in
-  // /proc/<pid>/fd and maps ("memfd:<name>"). Throws IoError with the reason.
-  static Segment create(const std::string& name, size_t bytes);
+  // /proc/<pid>/fd and maps ("memfd:<name>"). `populate`: fault every page in now (MAP_POPULATE:
+  // no first-touch faults on the data path, and the memory is taken at once); false: pages are
+  // taken as they are first touched. Throws IoError with the reason.
+  static Segment create(const std::string& name, size_t bytes, bool populate = true);
   // Maps a descriptor received from a peer; checks its size (>= minBytes). Takes the fd.
-  static Segment adopt(int fd, size_t minBytes, const std::string& what);
+  static Segment adopt(int fd, size_t minBytes, const std::string& what, bool populate = true);
   Segment(Segment&& other) noexcept { *this = std::move(other); }
   Segment& operator=(Segment&& other) noexcept;
   ~Segment();

@@ -5,8 +5,10 @@
 // accepted connection sends is believed before its hello carries this mesh's token, which only
 // a process that read the secret-protected store has: a hello without it, garbage, a partial
 // hello, or no hello within kHelloTimeout, drops the connection and counts it (logged at most
-// every kDropLogInterval, with counts); at most kMaxUnidentified accepted connections wait for
-// their hello at once (beyond that the oldest is dropped), and one step accepts at most
+// every kDropLogInterval, with counts); at most kMaxUnidentified accepted connections, beyond
+// those this rank still expects from lower ranks, wait for their hello at once (beyond that the
+// oldest is dropped: with many ranks on few cores, hundreds of real ranks may be accepted before
+// they get the CPU to send their hellos, and they must not be taken for a flood), and one step accepts at most
 // kAcceptsPerStep, so a flood can neither exhaust descriptors nor starve the loop. A rank whose
 // connection is closed before the answer (its hello dropped in such a flood) connects again, up
 // to kConnectAttempts times. Only an authenticated hello can end the start-up with an error
@@ -446,7 +448,18 @@ class Mesh {
     std::erase_if(pending_, [](const Pending& p) { return p.peer == -2 || (!p.sock.valid() && p.peer < 0); });
   }
 
+  // Sockets this rank still expects lower ranks to open to it.
+  size_t inboundMissing() const {
+    size_t n = 0;
+    for (int p = 0; p < o_.rank; ++p) {
+      if (!o_.wants(p)) continue;
+      for (const Socket& s : result_[p]) n += s.valid() ? 0 : 1;
+    }
+    return n;
+  }
+
   void acceptSome(const Socket& listener) {
+    const size_t cap = kMaxUnidentified + inboundMissing();
     for (int i = 0; i < kAcceptsPerStep; ++i) {
       int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
@@ -457,9 +470,8 @@ class Mesh {
         ++waiting;
         if (oldest == nullptr || p.acceptedAt < oldest->acceptedAt) oldest = &p;
       }
-      if (waiting >= kMaxUnidentified && oldest != nullptr) {
-        dropStranger(*oldest, detail::concat("one of more than ", kMaxUnidentified,
-                                             " connections waiting for their hello at once"));
+      if (waiting >= cap && oldest != nullptr) {
+        dropStranger(*oldest, detail::concat("one of more than ", cap, " connections waiting for their hello at once"));
       }
       pending_.emplace_back(Pending::kReadHello, Socket(fd), -1, 0);
       pending_.back().acceptedAt = Clock::now();
