@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "common/test_hook.h"
 #include "reduce/cpu_reducer.h"
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/job_store.h"
@@ -97,6 +98,7 @@ std::unique_ptr<Communicator> Communicator::connectPerPeer(rendezvous::Store& st
 std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
   setLogRank(info.rank);
+  testhook::stopAt("store", info.rank);
   auto job = std::make_shared<rendezvous::JobStore>(rendezvous::openJobStore(info));
   // A single process talks to nobody: unless a transport was asked for, skip io_uring.
   const std::string transportName =

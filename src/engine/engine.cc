@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "common/test_hook.h"
 #include "rendezvous/bootstrap.h"
 
 namespace ringfold::engine {
@@ -344,6 +345,7 @@ void Engine::runSet(ProcessSet& set, std::vector<Response> responses) {
     for (size_t i : batch.members) entries.push_back(set.take(work[i].name));
     std::vector<Result> results;
     try {
+      testhook::stopAt("first", rank_);
       results = operations_.run(set, work, batch, entries);
     } catch (const std::exception& e) {
       for (auto& entry : entries) {

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/test_hook.h"
 #include "engine/engine.h"
 
 namespace ringfold::engine {
@@ -238,6 +239,7 @@ int Engine::processSetRank(int id) const {
 }
 
 void Engine::shutdown() {
+  testhook::stopAt("shutdown", rank_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutdownRequested_ = true;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -152,8 +153,58 @@ void OutputForwarder::emit(size_t i, const std::string& text) {
     std::lock_guard<std::mutex> lock(st.mutex);
     st.lastLine.assign(*toWrite, lastStart, toWrite->size() - lastStart - 1);
   }
-  // EPIPE (nobody reads the launcher's output any more): drop it, keep draining the rank.
-  writeAll(src.targetFd, toWrite->data(), toWrite->size());
+  // Never blocks: a launcher output nobody reads must not stop the ranks (see the header).
+  queueOut(src.targetFd, *toWrite);
+}
+
+namespace {
+template <typename T>
+T& slotOf(std::vector<std::pair<int, T>>& v, int fd) {
+  for (auto& [f, x] : v) {
+    if (f == fd) return x;
+  }
+  v.emplace_back(fd, T{});
+  return v.back().second;
+}
+}  // namespace
+
+void OutputForwarder::queueOut(int fd, const std::string& text) {
+  std::string& q = slotOf(pending_, fd);
+  if (q.size() + text.size() > kMaxPendingBytes) {
+    slotOf(dropped_, fd) += text.size();
+  } else {
+    q += text;
+  }
+  flushOut(fd);
+}
+
+void OutputForwarder::flushOut(int fd) {
+  std::string& q = slotOf(pending_, fd);
+  uint64_t& dropped = slotOf(dropped_, fd);
+  size_t off = 0;
+  for (;;) {
+    if (off == q.size() && dropped != 0) {  // caught up: say what was lost
+      q.erase(0, off);
+      off = 0;
+      q = "ringfoldrun: dropped " + std::to_string(dropped) +
+          " bytes of the ranks' output here: nothing read it for a while (--output-filename keeps all)\n";
+      dropped = 0;
+    }
+    if (off == q.size()) break;
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & POLLOUT) == 0) {
+      if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) off = q.size();  // closed: drop it
+      break;
+    }
+    ssize_t n = write(fd, q.data() + off, std::min<size_t>(PIPE_BUF, q.size() - off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) off = q.size();  // EPIPE or another error: drop, keep draining ranks
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  q.erase(0, off);
 }
 
 void OutputForwarder::stop(std::chrono::milliseconds drain) {
@@ -194,6 +245,10 @@ void OutputForwarder::run() {
       fds.push_back(pollfd{sources_[i].fd, POLLIN, 0});
       index.push_back(i);
     }
+    const size_t readers = fds.size();
+    for (const auto& [fd, q] : pending_) {
+      if (!q.empty()) fds.push_back(pollfd{fd, POLLOUT, 0});
+    }
     int timeoutMs = -1;
     int64_t deadline = drainDeadlineNs_.load();
     if (deadline != 0) {
@@ -211,7 +266,10 @@ void OutputForwarder::run() {
       ssize_t unused = read(wakeFd_, &v, sizeof v);
       (void)unused;
     }
-    for (size_t k = 1; k < fds.size(); ++k) {
+    for (size_t k = readers; k < fds.size(); ++k) {
+      if (fds[k].revents != 0) flushOut(fds[k].fd);
+    }
+    for (size_t k = 1; k < readers; ++k) {
       if (fds[k].revents == 0) continue;
       size_t i = index[k - 1];
       ssize_t n = read(sources_[i].fd, buf, sizeof buf);
@@ -228,6 +286,24 @@ void OutputForwarder::run() {
   // Drain period over: flush what is left of pipes still held open (e.g. by a grandchild).
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (open[i]) closeSource(i);
+  }
+  // What the launcher's outputs did not take yet: 2 s without progress, then it is dropped.
+  int64_t lastProgress = nowNs();
+  for (;;) {
+    fds.clear();
+    size_t left = 0;
+    for (const auto& [fd, q] : pending_) {
+      if (!q.empty()) fds.push_back(pollfd{fd, POLLOUT, 0});
+      left += q.size();
+    }
+    if (fds.empty() || nowNs() - lastProgress > 2'000'000'000) break;
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    for (const auto& p : fds) {
+      if (p.revents != 0) flushOut(p.fd);
+    }
+    size_t now = 0;
+    for (const auto& [fd, q] : pending_) now += q.size();
+    if (now < left) lastProgress = nowNs();
   }
 }
 

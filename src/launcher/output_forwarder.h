@@ -13,7 +13,12 @@
 // out in one write(2) to the matching launcher fd. It ends when every pipe reached EOF, or when
 // stop() is called (after a drain period for pipes a leftover grandchild holds open), flushing
 // every unterminated line. A failed write to a closed launcher stdout (EPIPE) drops the output
-// and goes on reading, so ranks never block on a full pipe.
+// and goes on reading, so ranks never block on a full pipe. Nor on one that nobody reads: the
+// launcher's stdout and stderr are written only as far as they take without blocking (pieces
+// of at most PIPE_BUF bytes while poll() says writable); the rest waits in a buffer of at most
+// kMaxPendingBytes per target, past which output is dropped and counted (one line says how
+// much, once the target takes output again). At the end the buffer gets 2 s without progress
+// to drain. --output-filename copies are written in full either way.
 //
 // Per source, optionally:
 //   * handshake: the first line equal to it is swallowed, and the source counts as started
@@ -93,12 +98,24 @@ class OutputForwarder {
   // Handles the complete lines of source i in `lines` (handshake, copy, last line), then
   // forwards what is left.
   void emit(size_t i, const std::string& prefixed);
+  // The launcher's stdout/stderr without blocking: queue `text` (or drop it past the cap),
+  // then write what the target takes now.
+  void queueOut(int fd, const std::string& text);
+  void flushOut(int fd);
+
+ public:
+  static constexpr size_t kMaxPendingBytes = 4 << 20;
+
+ private:
 
   std::vector<Source> sources_;
   std::vector<std::unique_ptr<State>> state_;
   int eventFd_ = -1;
   int wakeFd_ = -1;  // eventfd: stop() asks the thread to finish
   std::atomic<int64_t> drainDeadlineNs_{0};
+  // Per target fd (the forwarder thread only): bytes waiting, and bytes dropped since the last note.
+  std::vector<std::pair<int, std::string>> pending_;
+  std::vector<std::pair<int, uint64_t>> dropped_;
   std::thread thread_;
 };
 

@@ -1,6 +1,7 @@
 // Unit tests of the multi-host parts that need no process: hostfiles, the new options and their
 // conflicts, the remote rank's environment, ssh's argv and the script handed to the remote
 // shell, and the output forwarder's handshake / copy / last-line bookkeeping.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -270,6 +271,54 @@ TEST(OutputForwarder, HandshakeCopyAndLastLine) {
   std::ifstream in(copyPath);
   std::string copied((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(copied, "motd\nfirst\n#hello\n");
+}
+
+// The launcher's stdout is a pipe nobody reads (tests/faults: stdout-blocked): the forwarder
+// must keep draining the rank (whose writes would otherwise block for good), keep the
+// --output-filename copy complete, and drop what the target cannot take, saying so.
+TEST(OutputForwarder, AnUnreadTargetNeverBlocksTheRanks) {
+  int out[2], sink[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(sink), 0);
+  ASSERT_EQ(fcntl(out[1], F_SETFL, O_NONBLOCK), 0);  // the test's writes must not block either
+  TempDir dir;
+  std::string copyPath = dir.path() + "/copy";
+  FILE* copy = std::fopen(copyPath.c_str(), "w");
+  ASSERT_NE(copy, nullptr);
+  std::vector<OutputForwarder::Source> sources = {{out[0], sink[1], "[0]<stdout>:", "", dup(fileno(copy))}};
+  std::fclose(copy);
+  OutputForwarder f(std::move(sources));
+  const std::string line(99, 'x');
+  const size_t total = 2 * OutputForwarder::kMaxPendingBytes;  // past the pipe and the buffer
+  std::string text;
+  while (text.size() < total) text += line + "\n";
+  size_t sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (sent < text.size() && std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = write(out[1], text.data() + sent, std::min<size_t>(65536, text.size() - sent));
+    if (n > 0) sent += static_cast<size_t>(n);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(sent, text.size()) << "the forwarder stopped draining the rank";
+  close(out[1]);
+  for (int i = 0; i < 2000 && !f.finished(0); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(f.finished(0));
+  // Now someone reads: what was kept arrives, and a line says how much was dropped.
+  std::string forwarded;
+  std::thread reader([&] {
+    char buf[65536];
+    for (ssize_t n; (n = read(sink[0], buf, sizeof buf)) > 0;) forwarded.append(buf, static_cast<size_t>(n));
+  });
+  f.stop(std::chrono::milliseconds(100));
+  close(sink[1]);
+  reader.join();
+  close(sink[0]);
+  EXPECT_LT(forwarded.size(), text.size() + text.size() / 5);
+  EXPECT_TRUE(has(forwarded, "[0]<stdout>:" + line + "\n")) << forwarded.substr(0, 200);
+  EXPECT_TRUE(has(forwarded, "ringfoldrun: dropped ")) << forwarded.substr(forwarded.size() - 300);
+  std::ifstream in(copyPath);
+  std::string copied((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(copied.size(), text.size());
 }
 
 }  // namespace

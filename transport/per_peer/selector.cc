@@ -89,6 +89,12 @@ std::vector<std::string> exchange(rendezvous::Store& store, const std::string& p
     } catch (const TimeoutError&) {
       RF_THROW(TimeoutError, "rank ", r, " did not publish its ", what, " (", keyOf(r), ") within ", timeout.count(),
                " ms");
+    } catch (const IoError& e) {
+      // The store went away while this rank waited for rank r: its host (rank 0 when ranks are
+      // started by hand) gave up on r a moment earlier and exited. Name r, the cause, not only
+      // the closed store (tests/faults: kill-store).
+      throw IoError(r, detail::concat("rank ", r, " did not publish its ", what, " (", keyOf(r),
+                                      ") before the rendezvous store went away: ", e.what()));
     }
   }
   return words;

@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "common/test_hook.h"
 #include "rendezvous/secret.h"
 #include "rendezvous/store.h"
 #include "transport/tcp_uring/mesh.h"
@@ -253,6 +254,7 @@ class Mesh {
                                     o_.processId.empty() ? "-" : o_.processId));
     RF_LOG(kDebug) << "rank " << o_.rank << " listening on "
                    << (unixListening ? "Unix socket @" + unixName_ : addr);
+    testhook::stopAt("mesh", o_.rank);
   }
 
   void listenTcp() {
