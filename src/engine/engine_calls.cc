@@ -3,6 +3,7 @@
 // the background thread are in engine.cc.
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "common/error.h"
 #include "common/test_hook.h"
@@ -245,7 +246,17 @@ void Engine::shutdown() {
     shutdownRequested_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    // On the engine's own thread the process is exiting under it: a library's signal handler
+    // (libfabric's psm provider loads one that calls exit()) or an exit() in a callback runs
+    // the static destructors here. Joining itself would throw and leave the thread joinable,
+    // and its destructor would abort the process; it will not run again, so let it go.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
   timeline_.stop();
 }
 

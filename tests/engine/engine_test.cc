@@ -3,7 +3,12 @@
 // the timeline and autotune.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <cmath>
@@ -16,6 +21,9 @@
 #include <sstream>
 
 #include "engine/engine_harness.h"
+#include "reduce/cpu_reducer.h"
+#include "rendezvous/hash_store.h"
+#include "transport/device.h"
 
 namespace ringfold::engine {
 namespace {
@@ -700,6 +708,40 @@ TEST(EngineCycle, WithoutWakeUpsTensorsWaitForTheTick) {
   o.engine.cycleTimeMs = 1500;
   o.engine.wakeDelayUs = -1;
   EXPECT_GT(secondsForOneAllreduceWhileWaiting(o), 0.8);  // enqueued ~0.2 s after a tick
+}
+
+}  // namespace
+}  // namespace ringfold::engine
+
+
+namespace ringfold::engine {
+namespace {
+
+// A signal handler that calls exit() on the engine's own thread (libfabric's psm provider, when
+// loaded, installs one; the fault matrix's ranks aborted with "terminate called" on SIGTERM)
+// runs the static destructors there, the engine's among them. The process must end with the
+// handler's status: the engine thread must not try to join itself and abort.
+TEST(EngineLifetime, ExitOnTheEngineThreadEndsTheProcessCleanly) {
+  EXPECT_EXIT(
+      {
+        static std::unique_ptr<Engine> held;  // destroyed by exit(), as the C ABI's global is
+        auto store = std::make_shared<rendezvous::HashStore>();
+        auto device = transport::createDevice("loopback");
+        auto peers = device->connectAll(*store, "exit-test", 0, 1, std::chrono::milliseconds(20000));
+        auto comm = std::make_unique<Communicator>(0, 1, std::move(device), std::move(peers), makeCpuReducer());
+        comm->setStore(store, "exit-test");
+        std::signal(SIGUSR1, [](int) { std::exit(3); });
+        held = std::make_unique<Engine>(std::move(comm), rftest::EngineGroupOptions::defaultEngineOptions());
+        // Only the engine's thread, started above with SIGUSR1 open, can take the signal now.
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+        ::kill(::getpid(), SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::seconds(20));
+        std::_Exit(9);  // the signal never came
+      },
+      ::testing::ExitedWithCode(3), "");
 }
 
 }  // namespace
