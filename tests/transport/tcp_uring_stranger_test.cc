@@ -37,10 +37,12 @@ Listening listeningOf(rendezvous::Store& store, const std::string& key) {
   in >> endpoint >> token >> host >> unixName;
   Listening l;
   l.hasTcp = endpoint != "-";
-  auto colon = endpoint.rfind(':');
-  l.tcp.sin_family = AF_INET;
-  l.tcp.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
-  inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &l.tcp.sin_addr);
+  if (l.hasTcp) {  // "-" has no ':' (c_str() + npos + 1 would overflow the pointer: UBSan)
+    auto colon = endpoint.rfind(':');
+    l.tcp.sin_family = AF_INET;
+    l.tcp.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+    inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &l.tcp.sin_addr);
+  }
   if (unixName != "-") l.unixName = unixName;
   return l;
 }

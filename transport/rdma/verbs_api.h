@@ -35,9 +35,11 @@ struct Api {
   ibv_context* (*openDevice)(ibv_device* device) = nullptr;
   int (*closeDevice)(ibv_context* context) = nullptr;
   int (*queryDevice)(ibv_context* context, ibv_device_attr* attr) = nullptr;
-  // The exported ibv_query_port; the caller zeroes *attr first (the library may fill only the
-  // fields of its compat layout).
-  int (*queryPort)(ibv_context* context, uint8_t port, ibv_port_attr* attr) = nullptr;
+  // The exported ibv_query_port, with its exported type (struct _compat_ibv_port_attr*: calling
+  // it through another function type is undefined, UBSan -fsanitize=function); the caller passes
+  // a zeroed ibv_port_attr cast to it, as verbs.h's inline ibv_query_port does (the library may
+  // fill only the fields of its compat layout).
+  int (*queryPort)(ibv_context* context, uint8_t port, _compat_ibv_port_attr* attr) = nullptr;
   int (*queryGid)(ibv_context* context, uint8_t port, int index, ibv_gid* gid) = nullptr;
   ibv_pd* (*allocPd)(ibv_context* context) = nullptr;
   int (*deallocPd)(ibv_pd* pd) = nullptr;

@@ -63,7 +63,8 @@ bool findPort(const Api& api, const HcaSpec& spec, bool keepOpen, PortPick& out,
       if (!spec.allows(name, port)) continue;
       ibv_port_attr portAttr;
       std::memset(&portAttr, 0, sizeof(portAttr));
-      rc = api.queryPort(ctx, static_cast<uint8_t>(port), &portAttr);
+      rc = api.queryPort(ctx, static_cast<uint8_t>(port),
+                         reinterpret_cast<_compat_ibv_port_attr*>(&portAttr));
       if (rc != 0) {
         reasons.push_back(where + " cannot be queried (" + rcText(rc) + ")");
       } else if (portAttr.state != IBV_PORT_ACTIVE) {
