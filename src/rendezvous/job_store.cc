@@ -4,8 +4,11 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -29,6 +32,7 @@ struct Hosted {
   int port = 0;
   std::string secret;
   std::string bindAddr;
+  pid_t pid = 0;  // the process whose thread serves it (a forked child has only a copy)
 };
 
 // A parsed numeric IPv4 or IPv6 address.
@@ -140,11 +144,33 @@ Hosted& hosted() {
 std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
   Hosted& h = hosted();
   std::lock_guard<std::mutex> lock(h.mu);
+  if (h.server && h.pid != ::getpid()) {
+    // A forked child's copy of its parent's store: its thread does not exist here, so it is
+    // never destroyed (that would join it), only set aside.
+    static auto* abandoned = new std::vector<std::shared_ptr<TcpStoreServer>>();
+    abandoned->push_back(std::move(h.server));
+  }
   const std::string bindAddr = storeListenAddress(info);
   if (h.server && h.port == info.storePort && h.secret == info.secret && h.bindAddr == bindAddr) {
     return h.server;
   }
   h.server.reset();  // another port, secret or address: free the old port first
+  // The hosted store's thread uses OpenSSL until it stops. exit() runs OpenSSL's own cleanup,
+  // which frees the locks that thread takes: stop the store first. Handlers registered later
+  // run earlier, so OpenSSL is initialised (its cleanup registered) before ours is; an option
+  // bit is needed, as OPENSSL_init_crypto(0, ...) returns before doing anything.
+  static const bool stopAtExit = [] {
+    OPENSSL_init_crypto(OPENSSL_INIT_ADD_ALL_DIGESTS, nullptr);
+    std::atexit([] {
+      Hosted& hh = hosted();
+      std::lock_guard<std::mutex> lk(hh.mu);
+      // Also when a communicator still holds it; never in a forked child, where its thread
+      // does not exist.
+      if (hh.server && hh.pid == ::getpid()) hh.server->stop();
+    });
+    return true;
+  }();
+  (void)stopAtExit;
   try {
     h.server = std::make_shared<TcpStoreServer>(bindAddr, info.storePort, info.secret);
   } catch (const Error& e) {
@@ -152,6 +178,7 @@ std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
              e.what(), "); choose a free port with ", params::kStorePort.name);
   }
   h.port = info.storePort;
+  h.pid = ::getpid();
   h.secret = info.secret;
   h.bindAddr = bindAddr;
   RF_LOG(kInfo) << "hosting the rendezvous store on port " << info.storePort << " for " << info.size

@@ -46,7 +46,9 @@ class TcpStoreServer {
   TcpStoreServer(const std::string& bindAddr, int port, std::string secret,
                  std::chrono::milliseconds handshakeTimeout = std::chrono::seconds(5),
                  std::chrono::milliseconds refusalLogInterval = std::chrono::seconds(10));
-  ~TcpStoreServer();  // stops the thread and closes every connection
+  ~TcpStoreServer();  // stop()
+  // Stops the thread and closes every connection; clients then see the store closed. Idempotent.
+  void stop();
   int port() const;
   // The numeric address it listens on ("0.0.0.0": every interface).
   const std::string& address() const;

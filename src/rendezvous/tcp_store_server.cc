@@ -580,8 +580,10 @@ TcpStoreServer::TcpStoreServer(const std::string& bindAddr, int port, std::strin
   RF_LOG(kInfo) << "rendezvous store listening on " << impl_->address << ":" << impl_->port;
 }
 
-TcpStoreServer::~TcpStoreServer() {
-  impl_->stop.store(true);
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+void TcpStoreServer::stop() {
+  if (impl_->stop.exchange(true)) return;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(impl_->wakeFd, &one, sizeof one);
   if (impl_->thread.joinable()) impl_->thread.join();
