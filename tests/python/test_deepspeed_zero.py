@@ -25,6 +25,7 @@ gloo's bits; all-gathers and broadcasts copy. Any other result is a wrong reduct
 sum rounded twice, an element off by one ulp, a bucket at a wrong offset. (At 3 ranks the sum's
 order matters and the bits may differ: docs/deepspeed.md gives the figures.)
 """
+import glob
 import importlib.util
 import json
 import os
@@ -74,6 +75,9 @@ def shm_op():
     assert r.returncode == 0, 'building deepspeed_shm_comm failed:\n' + r.stdout + r.stderr
 
 
+DS_SHM_GLOB = '/dev/shm/deepspeed_allreduce_buffer_*'
+
+
 def _run_job(launcher, backend, tmp_path_factory):
     out = tmp_path_factory.mktemp('%s-%s' % (launcher, backend))
     driver = [DRIVER, '--backend', backend, '--configs', ','.join(CONFIGS),
@@ -96,6 +100,7 @@ def _run_job(launcher, backend, tmp_path_factory):
         # Unchanged user code under ringfoldrun: the backend finds torch's variables itself.
         cmd = [sys.executable, '-m', 'ringfold._run', '-np', str(RANKS), sys.executable, *driver]
         env = {k: v for k, v in _env().items() if k not in ('MASTER_ADDR', 'MASTER_PORT')}
+    shm_before = set(glob.glob(DS_SHM_GLOB))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     try:
@@ -112,6 +117,14 @@ def _run_job(launcher, backend, tmp_path_factory):
                 pass
         log, _ = proc.communicate(timeout=30)
         log, rc = '%s\nTIMEOUT: killed after %d s' % (log, JOB_TIMEOUT), None
+    finally:
+        # DeepSpeed's shared-memory op maps a 66 MiB segment per rank and never unlinks it:
+        # remove this job's, or every run leaves them in /dev/shm (that is, in memory).
+        for path in set(glob.glob(DS_SHM_GLOB)) - shm_before:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     ranks = []
     for rank in range(RANKS):
         path = os.path.join(out, 'rank%d.json' % rank)
