@@ -127,8 +127,10 @@ VD_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
         if (e == cq) e = nullptr;
       --cq->channel->cqs;
     }
-    for (ibv_async_event& e : cq->c->async)
-      if (e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == ibcq) e.event_type = static_cast<ibv_event_type>(-1);
+    // Its queued events go (their pipe bytes stay: a read that finds no event reads on).
+    std::erase_if(cq->c->async, [&](const ibv_async_event& e) {
+      return e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == ibcq;
+    });
     std::erase(cq->c->cqs, cq);
   }
   pthread_mutex_destroy(&cq->cq.mutex);
@@ -177,9 +179,7 @@ VD_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
     if (c->async.empty()) continue;
     ibv_async_event e = c->async.front();
     c->async.pop_front();
-    switch (static_cast<int>(e.event_type)) {
-      case -1:
-        continue;  // its object was destroyed meanwhile
+    switch (e.event_type) {
       case IBV_EVENT_CQ_ERR:
         ++reinterpret_cast<Cq*>(e.element.cq)->asyncFetched;
         break;

@@ -49,7 +49,7 @@ struct Context {
   verbs_context v;  // first; callers hold &v.context
   Nic* nic = nullptr;
   int asyncWrite = -1;                    // write end of the pipe whose read end is ctx.async_fd
-  std::deque<ibv_async_event> async;      // queued, one pipe byte each; stale ones have type -1
+  std::deque<ibv_async_event> async;      // queued, one pipe byte each (a destroyed object's are erased)
   uint32_t asyncFetched = 0, asyncAcked = 0;  // unaffiliated (port/device) events
   std::vector<Pd*> pds;  // what ibv_close_device releases if the caller did not
   std::vector<Cq*> cqs;

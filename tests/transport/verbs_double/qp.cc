@@ -154,8 +154,10 @@ void destroyQpLocked(Qp* qp) {
   Nic* nic = qp->c->nic;
   qpDropTraffic(qp);
   nic->qps.erase(qp->qp.qp_num);
-  for (ibv_async_event& e : qp->c->async)
-    if (e.event_type != IBV_EVENT_CQ_ERR && e.element.qp == &qp->qp) e.event_type = static_cast<ibv_event_type>(-1);
+  // Its queued events go (their pipe bytes stay: a read that finds no event reads on).
+  std::erase_if(qp->c->async, [&](const ibv_async_event& e) {
+    return e.event_type != IBV_EVENT_CQ_ERR && e.element.qp == &qp->qp;
+  });
   --qp->scq->qps;
   --qp->rcq->qps;
   --qp->pd->users;
