@@ -202,7 +202,9 @@ TEST_P(CmaModes, LazyReceivesHandEveryByteToTheSinkOnce) {
       const shm::Stats after = shmOf(me).stats();
       // A wait that finds nothing to do may unpark a message, but the last (1 MiB, more than the
       // ring holds) is delivered as it arrives.
-      if (early && !cma) EXPECT_GE(after.ringSinkBytes - before.ringSinkBytes, sizes.back());
+      if (early && !cma) {
+        EXPECT_GE(after.ringSinkBytes - before.ringSinkBytes, sizes.back());
+      }
     }
   });
   expectAllOk(errors);
