@@ -59,25 +59,6 @@ constexpr size_t kPayload = kSlotBytes - kHeader;
 constexpr int kMaxOps = 128;
 constexpr size_t kPatternBytes = 1 << 16;
 
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  bool empty() const { return at >= size; }
-  uint8_t u8() { return at < size ? data[at++] : 0; }
-  uint64_t le(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t{u8()} << (8 * i);
-    return v;
-  }
-  uint64_t length() {
-    const uint8_t sel = u8();
-    if (sel & 0x80) return le(8);
-    if (sel & 0x40) return le(2);
-    return sel & 0x3f;
-  }
-};
-
 std::byte* pages(size_t bytes) {
   void* p = nullptr;
   if (::posix_memalign(&p, 4096, (bytes + 4095) & ~size_t{4095}) != 0) std::abort();
@@ -137,14 +118,6 @@ struct Model {
     }
   }
 };
-
-std::string errorText(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
 
 // Rank 1, by hand.
 struct FakePeer {
@@ -237,7 +210,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::atomic<uint64_t> serial{0};
-  Input in{data, size};
+  fz::Input in{data, size};
   const uint8_t flags = in.u8();
 
   FakePeer peer;
@@ -342,7 +315,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   rank0.join();
   if (connectError != nullptr) {
-    if (errorText(connectError).empty()) fz::fail(kTarget, "start-up failed without a reason");
+    if (fz::errorText(connectError).empty()) fz::fail(kTarget, "start-up failed without a reason");
     return 0;
   }
   if (!joined) fz::fail(kTarget, "rank 0 connected to a rank that never said hello");

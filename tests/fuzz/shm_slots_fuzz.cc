@@ -57,27 +57,6 @@ constexpr uint32_t kSlots = 4;
 constexpr uint32_t kSlotBytes = 128;
 constexpr size_t kPayload = kSlotBytes - sizeof(shm::SlotHeader);
 
-// Reads the input front to back; past its end every read gives zeros.
-struct Input {
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  bool empty() const { return at >= size; }
-  uint8_t u8() { return at < size ? data[at++] : 0; }
-  uint64_t le(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t{u8()} << (8 * i);
-    return v;
-  }
-  // A length: small mostly, any 64-bit value when the selector's top bit is set.
-  uint64_t length() {
-    const uint8_t sel = u8();
-    if (sel & 0x80) return le(8);
-    if (sel & 0x40) return le(2);
-    return sel & 0x3f;
-  }
-};
-
 struct Receive {
   uint64_t tag = 0, length = 0, check = 0;
   bool before = true;  // posted before the slots arrive
@@ -154,14 +133,6 @@ struct FakePeer {
   }
 };
 
-std::string errorText(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -175,7 +146,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::atomic<uint64_t> serial{0};
-  Input in{data, size};
+  fz::Input in{data, size};
   const uint8_t flags = in.u8();
 
   // The hello rank 1 sends, and the header of the ring it offers: bent where the input says.
@@ -255,7 +226,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!joined) peer.socket = tu::Socket();  // rank 0 may wait for a hello that never comes
   rank0.join();
   if (connectError != nullptr) {
-    if (errorText(connectError).empty()) fz::fail(kTarget, "start-up failed without a reason");
+    if (fz::errorText(connectError).empty()) fz::fail(kTarget, "start-up failed without a reason");
     return 0;
   }
   if (!joined) fz::fail(kTarget, "rank 0 joined a pair that rank 1 never finished joining");
