@@ -10,7 +10,7 @@
 //   * Each run: --clients threads wait at one gate, then connect at the same moment (one
 //     TcpStore each: the HMAC handshake, --clients connections in the listen queue at once),
 //     wait until every client is connected (the server then holds at least --clients more
-//     descriptors: checked), and do --rounds rounds of: set its own key, add to a shared counter,
+//     descriptors: checked; no client closes before that count is taken), and do --rounds rounds of: set its own key, add to a shared counter,
 //     get the key of the next client (a get that waits on another thread's set), check its key
 //     and the next one's, wait() for the keys of the two after, each value compared byte for
 //     byte. --bad more clients with a wrong secret connect meanwhile and must be refused with
@@ -129,7 +129,7 @@ bool runOnce(const Options& o, int run, int port, const std::string& secret, pid
     std::lock_guard<std::mutex> l(errMutex);
     if (firstError.empty()) firstError = e;
   };
-  Gate allConnected;
+  Gate allConnected, counted;
   const auto deadline = Clock::now() + std::chrono::seconds(o.deadlineS);
   std::vector<std::thread> threads;
   threads.reserve(n + o.bad);
@@ -155,6 +155,9 @@ bool runOnce(const Options& o, int run, int port, const std::string& secret, pid
           }
         }
         done.fetch_add(1);
+        // Hold the connection until the server's descriptors are counted: with 1,000 threads on
+        // two cores, the counting thread may run only after the quickest clients are done.
+        if (!counted.wait(deadline)) return note("the server's descriptors were never counted");
       } catch (const std::exception& e) {
         note("client " + std::to_string(c) + ": " + e.what());
       }
@@ -181,6 +184,7 @@ bool runOnce(const Options& o, int run, int port, const std::string& secret, pid
   bool ok = allConnected.wait(deadline);
   const auto t1 = Clock::now();
   Counts during = serverCounts(server);
+  counted.open();
   gPhase = "traffic";
   for (auto& t : threads) t.join();
   const auto t2 = Clock::now();
