@@ -31,9 +31,27 @@ else()
 endif()
 rf_resolve_option(RINGFOLD_WITH_IBVERBS IBVERBS_FOUND RINGFOLD_HAVE_IBVERBS)
 
-# libfabric (Debian's libfabric-dev): linked, since libfabric1 loads and runs without hardware.
+# libfabric (Debian's libfabric-dev): headers at build time; the library is dlopened by the ofi
+# fabric when it is first used (transport/rdma/ofi_api.h). The six functions it calls by name are
+# taken at the symbol versions a link would bind (the library's default versions, read here with
+# nm), since libfabric versions them by the layout of struct fi_info in these headers.
 pkg_check_modules(LIBFABRIC IMPORTED_TARGET libfabric)
 rf_resolve_option(RINGFOLD_WITH_LIBFABRIC LIBFABRIC_FOUND RINGFOLD_HAVE_LIBFABRIC)
+set(RINGFOLD_OFI_SYMBOL_VERSIONS "")
+if(RINGFOLD_HAVE_LIBFABRIC)
+  find_library(_rf_libfabric_so NAMES fabric HINTS ${LIBFABRIC_LIBRARY_DIRS})
+  find_program(_rf_nm NAMES nm)
+  if(_rf_libfabric_so AND _rf_nm)
+    execute_process(COMMAND ${_rf_nm} -D --defined-only ${_rf_libfabric_so} OUTPUT_VARIABLE _rf_fabric_syms
+                    ERROR_QUIET RESULT_VARIABLE _rf_nm_rc)
+    foreach(_rf_fn getinfo dupinfo freeinfo fabric strerror tostr)
+      if(_rf_nm_rc EQUAL 0 AND _rf_fabric_syms MATCHES " fi_${_rf_fn}@@([A-Za-z0-9_.]+)")
+        list(APPEND RINGFOLD_OFI_SYMBOL_VERSIONS "RF_OFI_VER_${_rf_fn}=\"${CMAKE_MATCH_1}\"")
+      endif()
+    endforeach()
+  endif()
+  message(STATUS "ringfold: libfabric dlopened at run time; symbol versions: ${RINGFOLD_OFI_SYMBOL_VERSIONS}")
+endif()
 
 # CUDA: nvcc from PATH or /usr/local/cuda. Architectures: 80 and 90 as SASS plus 90 as PTX (so
 # newer GPUs JIT it); RINGFOLD_CUDA_ARCHITECTURES (or CMAKE_CUDA_ARCHITECTURES) overrides.

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -24,6 +25,9 @@
 #include "common/error.h"
 #include "fabric_pair.h"
 #include "transport/rdma/fabric_ofi.h"
+#include "transport/rdma/ofi_api.h"
+
+#include <rdma/fi_errno.h>
 
 namespace ringfold::transport::rdma {
 namespace {
@@ -85,6 +89,34 @@ std::optional<std::string> skipReason(const Outcome& o) {
   }
 
 void idle(Rank&) {}
+
+// Whether this process has libfabric mapped.
+bool libfabricMapped() {
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, maps) != nullptr) found = std::strstr(line, "/libfabric.so") != nullptr;
+  std::fclose(maps);
+  return found;
+}
+
+// libringfold does not load libfabric (and its providers' libraries) until the ofi fabric is
+// used: ctest runs each test in a fresh process, so nothing before this test loaded it.
+TEST(OfiApi, LibfabricIsLoadedOnFirstUseOnly) {
+  if (libfabricMapped()) GTEST_SKIP() << "an earlier test in this process loaded libfabric (run this test alone)";
+  std::string why;
+  const ofi::Api* api = ofi::ofiApi(&why);
+  ASSERT_NE(api, nullptr) << why;
+  EXPECT_TRUE(libfabricMapped());
+  EXPECT_EQ(ofi::ofiApi(nullptr), api) << "loaded once";
+  // The functions work at the versions resolved: fi_allocinfo, fi_freeinfo, fi_strerror.
+  fi_info* info = api->dupinfo(nullptr);
+  ASSERT_NE(info, nullptr);
+  ASSERT_NE(info->ep_attr, nullptr);
+  api->freeinfo(info);
+  EXPECT_STRNE(api->strerror(FI_EAGAIN), "");
+}
 
 TEST(OfiFabric, HardwareProviderNames) {
   EXPECT_TRUE(ofi::hardwareProvider("efa"));

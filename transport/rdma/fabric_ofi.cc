@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
+#include "transport/rdma/ofi_api.h"
 
 namespace ringfold::transport::rdma::ofi {
 namespace {
@@ -43,12 +44,22 @@ constexpr std::chrono::milliseconds kLostConnectionGrace{5000};
 
 using Clock = std::chrono::steady_clock;
 
+// libfabric's functions that are not inlines over ops tables (ofi_api.h); open() loads them first.
+const Api& api() {
+  std::string why;
+  const Api* a = ofiApi(&why);
+  if (a == nullptr) RF_THROW(Error, "ofi fabric: ", why);
+  return *a;
+}
+
 struct InfoFree {
-  void operator()(fi_info* info) const { fi_freeinfo(info); }
+  void operator()(fi_info* info) const { api().freeinfo(info); }
 };
 using InfoPtr = std::unique_ptr<fi_info, InfoFree>;
 
-std::string fiText(long rc) { return detail::concat(fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)), " (", rc, ")"); }
+std::string fiText(long rc) {
+  return detail::concat(api().strerror(static_cast<int>(rc < 0 ? -rc : rc)), " (", rc, ")");
+}
 
 // libfabric's codes below FI_ERRNO_OFFSET are errno values; the others become -EIO.
 int toErrno(long rc) {
@@ -70,7 +81,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 
 // What fi_getinfo offers for `provider` with our needs as hints; sets *why when nothing.
 InfoPtr query(const std::string& provider, bool wantSource, bool wantHmem, std::string* why) {
-  InfoPtr hints(fi_allocinfo());
+  InfoPtr hints(api().dupinfo(nullptr));  // fi_allocinfo()
   RF_ENFORCE(hints != nullptr, "fi_allocinfo");
   hints->ep_attr->type = FI_EP_RDM;
   // FI_MSG: only used to post the receives that immediates consume under FI_RX_CQ_DATA.
@@ -85,7 +96,7 @@ InfoPtr query(const std::string& provider, bool wantSource, bool wantHmem, std::
   hints->domain_attr->resource_mgmt = FI_RM_ENABLED;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   fi_info* info = nullptr;
-  int rc = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints.get(), &info);
+  int rc = api().getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints.get(), &info);
   if (rc != 0 || info == nullptr) {
     *why = detail::concat("no reliable-datagram endpoint with RMA writes", wantSource ? " and FI_SOURCE" : "",
                           wantHmem ? " and FI_HMEM" : "", ": fi_getinfo ", fiText(rc));
@@ -271,7 +282,7 @@ void OfiFabric::start(Choice choice) {
   info->rx_attr->msg_order = order;
   RF_ENFORCE(maxWrite_ > 0, "ofi fabric: provider reports max_msg_size 0");
 
-  RF_OFI_CHECK(fi_fabric(info->fabric_attr, &fabric_, nullptr), "fi_fabric");
+  RF_OFI_CHECK(api().fabric(info->fabric_attr, &fabric_, nullptr), "fi_fabric");
   RF_OFI_CHECK(fi_domain(fabric_, info, &domain_, nullptr), "fi_domain");
 
   fi_av_attr avAttr{};
@@ -316,8 +327,8 @@ void OfiFabric::start(Choice choice) {
       detail::concat(info->fabric_attr->prov_name, " on ", info->domain_attr->name, " (", info->fabric_attr->name, ")");
   RF_LOG(kInfo) << "ofi fabric: " << describe_ << "; sender by " << (rankInData_ ? "rank in CQ data" : "FI_SOURCE")
                 << ", cq_data_size " << info->domain_attr->cq_data_size << ", mr_mode "
-                << fi_tostr(&info->domain_attr->mr_mode, FI_TYPE_MR_MODE) << ", mode "
-                << fi_tostr(&info->mode, FI_TYPE_MODE) << ", writes " << (ordered_ ? "ordered" : "unordered")
+                << api().tostr(&info->domain_attr->mr_mode, FI_TYPE_MR_MODE) << ", mode "
+                << api().tostr(&info->mode, FI_TYPE_MODE) << ", writes " << (ordered_ ? "ordered" : "unordered")
                 << ", max write " << maxWrite_ << ", wait fd " << waitFd_;
 }
 
@@ -527,7 +538,7 @@ void OfiFabric::readError() {
   if (rc < 0) return pushError(-1, 0, detail::concat("ofi fabric: fi_cq_readerr: ", fiText(rc)));
   char buf[256] = {};
   const char* detailText = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-  std::string why = detail::concat(fi_strerror(err.err));
+  std::string why = detail::concat(api().strerror(err.err));
   if (detailText != nullptr && detailText[0] != '\0') why += detail::concat(" (", detailText, ")");
   auto* op = static_cast<Op*>(err.op_context);
   if (op != nullptr && !op->receive) {

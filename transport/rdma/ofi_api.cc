@@ -1,0 +1,81 @@
+#include "transport/rdma/ofi_api.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace ringfold::transport::rdma::ofi {
+namespace {
+
+constexpr const char* kLibrary = "libfabric.so.1";
+
+struct Loaded {
+  Api api;
+  bool ok = false;
+  std::string why;
+};
+
+// Resolves `symbol` at `version` (null: the library's default) into `slot`.
+template <typename Fn>
+bool resolve(void* handle, const char* symbol, const char* version, Fn& slot, std::string& why) {
+  dlerror();
+  void* address = version != nullptr ? dlvsym(handle, symbol, version) : dlsym(handle, symbol);
+  if (address == nullptr) {
+    const char* err = dlerror();
+    why = std::string(kLibrary) + " lacks " + symbol + (version != nullptr ? std::string("@") + version : "") +
+          (err != nullptr ? std::string(": ") + err : std::string());
+    return false;
+  }
+  slot = reinterpret_cast<Fn>(address);
+  return true;
+}
+
+#define RF_OFI_VERSION_OF(name) RF_OFI_VER_##name
+#ifndef RF_OFI_VER_getinfo
+#define RF_OFI_VER_getinfo nullptr
+#endif
+#ifndef RF_OFI_VER_dupinfo
+#define RF_OFI_VER_dupinfo nullptr
+#endif
+#ifndef RF_OFI_VER_freeinfo
+#define RF_OFI_VER_freeinfo nullptr
+#endif
+#ifndef RF_OFI_VER_fabric
+#define RF_OFI_VER_fabric nullptr
+#endif
+#ifndef RF_OFI_VER_strerror
+#define RF_OFI_VER_strerror nullptr
+#endif
+#ifndef RF_OFI_VER_tostr
+#define RF_OFI_VER_tostr nullptr
+#endif
+
+void load(Loaded& out) {
+  void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    out.why = std::string(kLibrary) + " not found (no libfabric here)" +
+              (err != nullptr ? std::string(": ") + err : std::string());
+    return;
+  }
+  Api& a = out.api;
+  out.ok = resolve(handle, "fi_getinfo", RF_OFI_VERSION_OF(getinfo), a.getinfo, out.why) &&
+           resolve(handle, "fi_dupinfo", RF_OFI_VERSION_OF(dupinfo), a.dupinfo, out.why) &&
+           resolve(handle, "fi_freeinfo", RF_OFI_VERSION_OF(freeinfo), a.freeinfo, out.why) &&
+           resolve(handle, "fi_fabric", RF_OFI_VERSION_OF(fabric), a.fabric, out.why) &&
+           resolve(handle, "fi_strerror", RF_OFI_VERSION_OF(strerror), a.strerror, out.why) &&
+           resolve(handle, "fi_tostr", RF_OFI_VERSION_OF(tostr), a.tostr, out.why);
+  if (!out.ok) a = Api{};  // a half-filled table is never handed out; the library stays mapped
+}
+
+}  // namespace
+
+const Api* ofiApi(std::string* why) {
+  static Loaded loaded;
+  static std::once_flag once;
+  std::call_once(once, [] { load(loaded); });
+  if (!loaded.ok && why != nullptr) *why = loaded.why;
+  return loaded.ok ? &loaded.api : nullptr;
+}
+
+}  // namespace ringfold::transport::rdma::ofi
