@@ -189,7 +189,116 @@ TEST_F(TransportLiveness, KernelViewJoinsTheBlame) {
   links.unacked[2] = links.unacked[3] = {true, 2, 5000ms};
   what.clear();
   monitor.blame(1, what);
-  EXPECT_NE(what.find("; no rank's host has acknowledged anything this rank (0) sent for 6.0 s (4 retransmissions): "
+  // The time since any host acknowledged anything: the least of them.
+  EXPECT_NE(what.find("; no rank's host has acknowledged anything this rank (0) sent for 5.0 s (4 retransmissions): "
+                      "this rank's own network link is likely down"),
+            std::string::npos)
+      << what;
+}
+
+// A rank cut off while it only waited to receive: its WAITING notices (half way to the timeout)
+// are the only data it sent, queued and never acknowledged by any peer's host (tcp_uring reports
+// them from TCP_INFO's window probes; tcp_uring_process_test holds that part). It names its own
+// link, and still the rank it waited on, last, for ringfoldrun's summary.
+TEST_F(TransportLiveness, CutOffRankWithNothingInFlightNamesItsOwnLink) {
+  for (int p = 1; p < 4; ++p) links.unacked[p] = {true, 3, 2500ms, true};
+  links.pids[1] = getpid();  // running
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_EQ(what,
+            "rank 1 sent nothing for 0.0 s (nothing at all since the connection was set up); no rank's host "
+            "has acknowledged anything this rank (0) sent for 2.5 s (3 retransmissions): this rank's own "
+            "network link is likely down; the process of rank 1 (pid " +
+                std::to_string(getpid()) + ") is running");
+}
+
+// The same rank reached through a notice: the silent rank at the end of the chain.
+TEST_F(TransportLiveness, CutOffRankNamesItsOwnLinkAtTheEndOfAChain) {
+  monitor.onNotice(1, says(1, 3, 3000ms, 2000ms));
+  for (int p = 1; p < 4; ++p) links.unacked[p] = {true, 2, 2600ms, true};
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 3);
+  EXPECT_NE(what.find("rank 3 sent nothing for 2.0 s (the time since rank 1 last received anything from rank 3); "
+                      "no rank's host has acknowledged anything this rank (0) sent for 2.6 s (2 retransmissions): "
+                      "this rank's own network link is likely down"),
+            std::string::npos)
+      << what;
+}
+
+// A peer whose host alone went silent, the others acknowledging: that peer and the network to it
+// are named, never this rank's own link.
+TEST_F(TransportLiveness, APeerAloneSilentIsNamedNotThisRanksLink) {
+  links.unacked[1] = {true, 4, 4000ms, true};
+  links.unacked[2] = links.unacked[3] = {false, 0, 10ms, true};
+  std::string what;
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_NE(what.find("; its host has acknowledged nothing this rank sent for 4.0 s (4 retransmissions): the network "
+                      "between this rank and rank 1 is down, or its host is"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find("own network link"), std::string::npos) << what;
+  EXPECT_FALSE(monitor.othersUnacknowledged(1));
+  // Rank 1's host answers while the others do not: their hosts (or the way to them) failed,
+  // not this rank's link, and rank 1 is only silent.
+  links.unacked[1] = {false, 0, 10ms, true};
+  links.unacked[2] = links.unacked[3] = {true, 4, 4000ms, true};
+  what.clear();
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_EQ(what, "rank 1 sent nothing for 0.0 s (nothing at all since the connection was set up)");
+}
+
+// Same-host peers (shared memory, Unix sockets: no kernel view, not tracked). Two hosts, this
+// rank (0) and rank 1 on one, ranks 2 and 3 on the other: the other host's silence is its own
+// link's as much as this one's, so the network to it is named (fault matrix cell 119's live
+// host), unless the data never left this host (the cut host's side): then this rank's own link,
+// whichever rank it waited on.
+TEST(TransportLivenessShared, SameHostPeersNameTheLinkOnlyWhenDataCannotLeaveThisHost) {
+  FakeLinks local, remote;
+  Monitor monitor;
+  monitor.attach(local, 0, 4, {false, true, false, false});
+  monitor.attach(remote, 0, 4, {false, false, true, true});
+  remote.unacked[2] = remote.unacked[3] = {true, 3, 3000ms, true, /*unsent=*/false};
+  EXPECT_FALSE(monitor.othersUnacknowledged(2));
+  std::string what;
+  EXPECT_EQ(monitor.blame(2, what), 2);
+  EXPECT_NE(what.find("the network between this rank and rank 2 is down, or its host is"), std::string::npos) << what;
+  EXPECT_EQ(what.find("own network link"), std::string::npos) << what;
+
+  remote.unacked[2] = remote.unacked[3] = {true, 3, 3000ms, true, /*unsent=*/true};
+  EXPECT_TRUE(monitor.othersUnacknowledged(2));
+  what.clear();
+  EXPECT_EQ(monitor.blame(2, what), 2);
+  EXPECT_NE(what.find("no rank's host has acknowledged anything this rank (0) sent for 3.0 s (3 retransmissions): "
+                      "this rank's own network link is likely down"),
+            std::string::npos)
+      << what;
+  // Waiting on the silent same-host rank: every other host is silent too, so the link is named.
+  what.clear();
+  EXPECT_EQ(monitor.blame(1, what), 1);
+  EXPECT_NE(what.find("this rank's own network link is likely down"), std::string::npos) << what;
+  // The data to the rank waited on alone never left: that is evidence enough.
+  remote.unacked[3].unsent = false;
+  EXPECT_TRUE(monitor.othersUnacknowledged(2));
+  remote.unacked[2].unsent = false;
+  EXPECT_FALSE(monitor.othersUnacknowledged(2));
+}
+
+// Without same-host peers, every other host silent is enough (fault matrix cell 46: a rank per
+// host), and with no other tracked peer there is nothing to compare with.
+TEST(TransportLivenessShared, OneRankPerHost) {
+  FakeLinks one, remote;
+  Monitor alone;
+  alone.attach(one, 0, 3, {false, true, false});
+  alone.attach(remote, 0, 3, {false, false, true});
+  remote.unacked[2] = {true, 3, 3000ms, true};
+  EXPECT_FALSE(alone.othersUnacknowledged(2));  // rank 1 is on this host
+  one.unacked[1] = {false, 0, 10ms, true};      // rank 1 is on a host of its own, which answers
+  EXPECT_FALSE(alone.othersUnacknowledged(2));
+  one.unacked[1] = {true, 2, 2000ms, true};  // and then does not
+  EXPECT_TRUE(alone.othersUnacknowledged(2));
+  std::string what;
+  EXPECT_EQ(alone.blame(2, what), 2);
+  EXPECT_NE(what.find("no rank's host has acknowledged anything this rank (0) sent for 2.0 s (3 retransmissions): "
                       "this rank's own network link is likely down"),
             std::string::npos)
       << what;

@@ -13,6 +13,8 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -26,6 +28,7 @@
 #include "rendezvous/file_store.h"
 #include "tcp_test_util.h"
 #include "transport/memory_region.h"
+#include "transport/tcp_uring/kernel_view.h"
 #include "transport/tcp_uring/mesh.h"
 
 namespace ringfold::test {
@@ -492,6 +495,96 @@ TEST(TcpUringProcesses, RankThatNoPeerAcknowledgesSaysItsOwnLinkIsDown) {
   const std::string got = linkDownScenario(3);
   if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got;
   EXPECT_EQ(expectLinkDownLines(got, "own network link is likely down"), 3) << got;
+}
+
+// The kernel's view of one TCP connection (kernel_view.h's tcpSilence), in a network namespace
+// of its own: from 10.9.0.1 to 10.9.0.2, both on its loopback interface. `cut`: the route to
+// 10.9.0.2 is then deleted, as a host whose link went down loses its routes, and a few bytes are
+// written (the bytes never leave the host: nothing is in flight, the kernel retries them with
+// window probes); else the sender fills the window of a receiver that does not read (a live,
+// stopped peer: its kernel answers every probe with a zero window). Samples tcpSilence every
+// 100 ms for up to `seconds` (a cut one until it says unacknowledged). Needs CAP_SYS_ADMIN and
+// iproute2's `ip` (skipped otherwise). Returns "tracked=T unacknowledged=U unsent=S
+// retransmits=R" of the last sample, U being whether any sample said so.
+std::string kernelViewScenario(bool cut, int seconds) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t island = fork();
+  if (island == 0) {
+    close(fds[0]);
+    alarm(30);
+    auto say = [&](const std::string& text) {
+      (void)!write(fds[1], text.data(), text.size());
+      _exit(0);
+    };
+    if (unshare(CLONE_NEWNET) != 0) {
+      say(std::string("SKIP no network namespace of its own here: ") + std::strerror(errno));
+    }
+    if (system("ip link set lo up && ip addr add 10.9.0.1/32 dev lo && ip addr add 10.9.0.2/32 dev lo") != 0) {
+      say("SKIP iproute2's ip could not set the namespace up");
+    }
+    auto addr = [](const char* ip, uint16_t port) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      inet_pton(AF_INET, ip, &a.sin_addr);
+      return a;
+    };
+    const int l = ::socket(AF_INET, SOCK_STREAM, 0), c = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in la = addr("10.9.0.2", 0), ca = addr("10.9.0.1", 0);
+    socklen_t len = sizeof(la);
+    if (bind(l, reinterpret_cast<sockaddr*>(&la), len) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, reinterpret_cast<sockaddr*>(&la), &len) != 0 ||
+        bind(c, reinterpret_cast<sockaddr*>(&ca), sizeof(ca)) != 0 ||
+        connect(c, reinterpret_cast<sockaddr*>(&la), sizeof(la)) != 0) {
+      say(std::string("socket set-up failed: ") + std::strerror(errno));
+    }
+    const int a = accept(l, nullptr, nullptr);
+    char byte = 1;
+    if (a < 0 || write(c, &byte, 1) != 1 || read(a, &byte, 1) != 1) say("no exchange");
+    if (cut) {
+      if (system("ip route del local 10.9.0.2 table local") != 0) say("SKIP could not delete the route");
+      const char bytes[100] = {};
+      if (write(c, bytes, sizeof bytes) != static_cast<ssize_t>(sizeof bytes)) say("write failed");
+    } else {
+      static char block[65536];
+      while (send(c, block, sizeof block, MSG_DONTWAIT) > 0) {
+      }
+    }
+    transport::tcp_uring::TcpSilence t;
+    bool ever = false;
+    for (int i = 0; i < seconds * 10 && !(cut && ever); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      t = transport::tcp_uring::tcpSilence(c);
+      ever = ever || t.unacknowledged;
+    }
+    say("tracked=" + std::to_string(t.tracked) + " unacknowledged=" + std::to_string(ever) +
+        " unsent=" + std::to_string(t.unsent) + " retransmits=" + std::to_string(t.retransmits));
+  }
+  close(fds[1]);
+  std::string got;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(island, nullptr, 0);
+  return got;
+}
+
+// A rank cut off while it only waits to receive has nothing in flight: only its WAITING notices,
+// queued. They count as unacknowledged (what lets it say its own link is down: the fault matrix's
+// link-down cells; liveness_test holds the monitor's side).
+TEST(TcpUringKernelView, BytesThatCannotLeaveThisHostAreUnacknowledged) {
+  const std::string got = kernelViewScenario(true, 10);
+  if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got;
+  ASSERT_EQ(got.rfind("tracked=1 unacknowledged=1 unsent=1 retransmits=", 0), 0u) << got;
+  EXPECT_GE(std::stoi(got.substr(got.rfind('=') + 1)), 2) << got;
+}
+
+// A live peer that does not read (a stopped process) answers the window probes: never that.
+TEST(TcpUringKernelView, ALivePeersClosedWindowIsNotUnacknowledged) {
+  const std::string got = kernelViewScenario(false, 4);
+  if (got.rfind("SKIP", 0) == 0) GTEST_SKIP() << got;
+  EXPECT_EQ(got.rfind("tracked=1 unacknowledged=0", 0), 0u) << got;
 }
 
 TEST(TcpUringProcesses, KilledPeerIsNamedWithinTheTimeout) { victimScenario(false, "tcp"); }

@@ -1,6 +1,7 @@
 // liveness::Monitor (monitor.h).
 #include "transport/liveness/monitor.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/error.h"
@@ -143,14 +144,33 @@ int Monitor::blame(int peer, std::string& what) const {
   return at;
 }
 
-bool Monitor::othersUnacknowledged(int except) const {
-  int others = 0;
+Unacknowledged Monitor::others(int except, bool unsentToExcept) const {
+  Unacknowledged out;
+  int tracked = 0;
+  bool untracked = false;  // a same-host peer (or one over a fabric that hides its view)
   for (int p = 0; p < static_cast<int>(peers_.size()); ++p) {
     if (p == except || !connected(p)) continue;
-    ++others;
-    if (!peers_[p].via->unacknowledged(p).any) return false;
+    const Unacknowledged u = peers_[p].via->unacknowledged(p);
+    if (!u.tracked && !u.any) {
+      untracked = true;
+      continue;
+    }
+    if (!u.any) return {};
+    out.retransmits = std::max(out.retransmits, u.retransmits);
+    out.sinceAck = tracked == 0 ? u.sinceAck : std::min(out.sinceAck, u.sinceAck);
+    out.unsent = out.unsent || u.unsent;
+    ++tracked;
   }
-  return others > 0;
+  // With a same-host peer, the hosts that do not answer may be the only other host, cut off
+  // itself (two hosts): only data that could not leave this host says that the link is ours.
+  if (tracked == 0 || (untracked && !out.unsent && !unsentToExcept)) return {};
+  out.any = out.tracked = true;
+  return out;
+}
+
+bool Monitor::othersUnacknowledged(int except) const {
+  const bool linked = except >= 0 && except < size() && connected(except);
+  return others(except, linked && peers_[except].via->unacknowledged(except).unsent).any;
 }
 
 std::string Monitor::silence(int at, int via) const {
@@ -174,16 +194,20 @@ std::string Monitor::silence(int at, int via) const {
   // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
   // means the network, or the host, is down (and then perhaps this rank's own link).
   const Unacknowledged gone = linked ? peer.via->unacknowledged(at) : Unacknowledged{};
-  if (gone.any) {
-    if (othersUnacknowledged(at)) {
-      out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
-                            seconds(gone.sinceAck), " s (", gone.retransmits,
-                            " retransmissions): this rank's own network link is likely down");
-    } else {
-      out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
-                            gone.retransmits, " retransmissions): the network between this rank and rank ", at,
-                            " is down, or its host is");
-    }
+  // This rank's own link: no other host acknowledges it either, and `at`'s host did not (or
+  // `at` is a same-host peer, whose link tells nothing). A waiting rank's notices went to every
+  // peer half way to its timeout, so a rank cut off while it only receives has such data too.
+  const Unacknowledged rest = gone.any || !gone.tracked ? others(at, gone.unsent) : Unacknowledged{};
+  const bool ownLink = rest.any;
+  if (ownLink) {
+    const Clock::duration sinceAck = gone.any ? std::min(gone.sinceAck, rest.sinceAck) : rest.sinceAck;
+    out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
+                          seconds(sinceAck), " s (", std::max(gone.retransmits, rest.retransmits),
+                          " retransmissions): this rank's own network link is likely down");
+  } else if (gone.any) {
+    out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
+                          gone.retransmits, " retransmissions): the network between this rank and rank ", at,
+                          " is down, or its host is");
   }
   const int pid = linked ? peer.via->pid(at) : 0;
   switch (processState(pid)) {
@@ -194,7 +218,7 @@ std::string Monitor::silence(int at, int via) const {
       out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
       break;
     case ProcessState::kRunning:
-      if (gone.any) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
+      if (gone.any || ownLink) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
       break;
     case ProcessState::kUnknown:
       break;

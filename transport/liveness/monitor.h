@@ -14,8 +14,9 @@
 //             rank that went silent, so a rank stuck behind a stopped one is not blamed for it.
 //             The silence reported is measured from the last bytes received from that rank
 //             (heard), by whichever rank waited on it, and the kernel's view is added: data its
-//             host never acknowledged (a network or host failure, perhaps this rank's own link),
-//             and whether its process is stopped or gone where this rank can look.
+//             host never acknowledged (a network or host failure), or that no other peer's host
+//             acknowledges either (then this rank's own link: "this rank's own network link is
+//             likely down"), and whether its process is stopped or gone where this rank can look.
 //   abort   : per backend device, the first abort wins, local (abort: every peer of that device
 //             is sent an ABORT) or a peer's (onAbort); either returns the error every request of
 //             that device then fails with. (A composite device spreads one child's abort to the
@@ -54,12 +55,17 @@ struct Notice {
   uint64_t firstLaterMessage = 0;       // set by the backend: its next message number to this rank
 };
 
-// Data sent to a peer that its host has not acknowledged while being retransmitted (a stopped
-// or busy process's kernel still acknowledges, so this means the network or the host is down).
+// Data sent to a peer that its host has not acknowledged while being retransmitted, or that
+// this host could not even put on the wire while retrying it (`unsent`: its own link or route is
+// down). A stopped or busy process's kernel still acknowledges, so this means the network or a
+// host is down. `tracked`: the kernel keeps this view of the link (TCP); false where it cannot
+// say (same-host transports, fabrics that hide it).
 struct Unacknowledged {
   bool any = false;
-  unsigned retransmits = 0;
+  unsigned retransmits = 0;               // tries without an answer (retransmissions or probes)
   std::chrono::milliseconds sinceAck{0};  // since its host last acknowledged anything
+  bool tracked = false;                   // `any` implies it
+  bool unsent = false;                    // some of it never left this host
 };
 
 // What a backend provides to the monitor, for the peer ranks it attached.
@@ -70,7 +76,8 @@ class Links {
   // notice.firstLaterMessage.
   virtual void sendNotice(int peer, const Notice& notice) = 0;
   virtual void sendAbort(int peer, ErrorKind kind, const std::string& text) = 0;
-  // The kernel's view of the link to `peer` (never anything for same-host transports).
+  // The kernel's view of the link to `peer` (never anything, and not tracked, for same-host
+  // transports).
   virtual Unacknowledged unacknowledged(int peer) const = 0;
   // The peer's pid when this process can look it up (same kernel and pid namespace), else 0.
   virtual int pid(int peer) const = 0;
@@ -110,8 +117,12 @@ class Monitor {
 
   // A wait on `peer` timed out: appends to `what` who went silent and returns the rank to blame.
   int blame(int peer, std::string& what) const;
-  // Whether there is a connected peer other than `except` and none of them acknowledges what
-  // this rank sent: then this rank's own link is the likely failure.
+  // Whether this rank's own link is the likely failure, as far as peers other than `except` show:
+  // there is one whose link the kernel tracks, and none of those acknowledges what this rank
+  // sent. (A waiting rank's notices are data every peer must acknowledge, so a rank cut off while
+  // it only receives has unacknowledged data too.) A same-host peer (untracked) answers for this
+  // rank's side, as its hosts' silence could be theirs alone (two hosts), unless some of the data,
+  // `except`'s included, never left this host.
   bool othersUnacknowledged(int except) const;
   Clock::time_point lastHeard(int peer) const { return peers_[peer].lastHeard; }
 
@@ -136,6 +147,10 @@ class Monitor {
   };
   void sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
   std::string silence(int at, int via) const;
+  // Over the tracked peers other than `except`: any (every one unacknowledged, at least one,
+  // and no same-host peer unless some data never left this host, `unsentToExcept` counting),
+  // the most retries, and the least time since an acknowledgement (from any of them).
+  Unacknowledged others(int except, bool unsentToExcept) const;
   int size() const { return static_cast<int>(peers_.size()); }
   bool* abortedFlag(const Links& by);
 

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -60,8 +61,20 @@ TcpSilence tcpSilence(int fd) {
   socklen_t dlen = sizeof(domain);
   if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0 || domain == AF_UNIX) return out;
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return out;
-  out.unacknowledged = info.tcpi_unacked > 0 && (info.tcpi_retransmits > 0 || info.tcpi_backoff > 0);
-  out.retransmits = info.tcpi_retransmits;
+  out.tracked = true;
+  // Sent and being retransmitted: the peer's host (or the way to it) does not answer.
+  const bool inFlight = info.tcpi_unacked > 0 && (info.tcpi_retransmits > 0 || info.tcpi_backoff > 0);
+  // Never sent: with this host's own link down (no route) the kernel keeps the bytes queued,
+  // nothing in flight, and retries them with window probes that fail here. A live peer's kernel
+  // answers every probe (a zero window: a stopped process), which resets the count, so two
+  // probes without an answer mean that nothing answers. (Found by the fault matrix's link-down
+  // cells: a cut-off rank that only waited had only such bytes, its WAITING notices.)
+  int queued = 0;
+  const bool unsent =
+      info.tcpi_unacked == 0 && info.tcpi_probes >= 2 && ioctl(fd, TIOCOUTQ, &queued) == 0 && queued > 0;
+  out.unacknowledged = inFlight || unsent;
+  out.unsent = unsent;
+  out.retransmits = inFlight ? info.tcpi_retransmits : (unsent ? info.tcpi_probes : 0);
   out.sinceAckMs = info.tcpi_last_ack_recv;
   return out;
 }

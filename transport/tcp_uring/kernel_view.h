@@ -28,11 +28,14 @@ std::string connectionDownText(int rank, int res, bool midFrame, uint32_t socket
 // Whether the kernel gave up on a connection with this receive result (no answer from the host).
 bool hostUnreachable(int res);
 
-// TCP_INFO of a connected TCP socket: data not acknowledged and being retransmitted.
+// TCP_INFO of a connected TCP socket: data not acknowledged and being retransmitted, or queued
+// and never sent (this host's link is down) while window probes go unanswered.
 struct TcpSilence {
+  bool tracked = false;  // a TCP socket whose TCP_INFO was read (false: Unix socket, error)
   bool unacknowledged = false;
-  unsigned retransmits = 0;
-  uint32_t sinceAckMs = 0;  // since the peer's host last acknowledged anything
+  bool unsent = false;       // unacknowledged: queued, none of it ever left this host
+  unsigned retransmits = 0;  // retransmissions, or probes for data never sent
+  uint32_t sinceAckMs = 0;   // since the peer's host last acknowledged anything
 };
 TcpSilence tcpSilence(int fd);
 

@@ -120,8 +120,10 @@ liveness::Unacknowledged PeerLink::unacknowledged() const {
   for (auto& s : sockets_) {
     if (!s->sock.valid()) continue;
     const TcpSilence t = tcpSilence(s->sock.fd());
+    out.tracked = out.tracked || t.tracked;
     if (!t.unacknowledged) continue;
     out.any = true;
+    out.unsent = out.unsent || t.unsent;
     out.retransmits = std::max(out.retransmits, t.retransmits);
     out.sinceAck = std::max(out.sinceAck, std::chrono::milliseconds(t.sinceAckMs));
   }
