@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -321,62 +322,99 @@ JobShape jobShape(int size, const std::vector<int>& hostOf) {
 
 namespace {
 
+// The lower median: of two samples the less disturbed one.
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v[(v.size() - 1) / 2];
 }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Rank 0's side of the measurement of one link (partner's side: answer()).
-LinkCost measureLink(Communicator& comm, int partner, std::vector<std::byte>& big) {
-  constexpr int kSmall = 16, kLarge = 3, kBurst = 32;
-  std::byte small[8] = {};
-  std::vector<double> rtt;
-  small[0] = std::byte{1};  // "measure", and a warm-up
-  send(comm, small, 8, DataType::kUint8, partner);
-  recv(comm, small, 8, DataType::kUint8, partner);
-  for (int i = 0; i < kSmall; ++i) {
-    const auto t0 = Clock::now();
-    send(comm, small, 8, DataType::kUint8, partner);
-    recv(comm, small, 8, DataType::kUint8, partner);
-    rtt.push_back(seconds(t0, Clock::now()));
-  }
-  LinkCost link;
-  link.alpha = median(rtt) / 2;
-  rtt.clear();
-  for (int i = 0; i < kLarge; ++i) {
-    const auto t0 = Clock::now();
-    send(comm, big.data(), big.size(), DataType::kUint8, partner);
-    recv(comm, big.data(), big.size(), DataType::kUint8, partner);
-    rtt.push_back(seconds(t0, Clock::now()));
-  }
-  link.beta = std::max(0.0, median(rtt) / 2 - link.alpha) / static_cast<double>(big.size());
-  const auto t0 = Clock::now();
-  for (int i = 0; i < kBurst; ++i) send(comm, small, 8, DataType::kUint8, partner);
-  recv(comm, small, 8, DataType::kUint8, partner);
-  link.overhead = std::max(0.0, seconds(t0, Clock::now()) - 2 * link.alpha) / kBurst;
-  return link;
-}
+// The words of the measurement (8 bytes each; rank 0's first word says whether it measures, as
+// it may read a file instead). A word's first byte is its command, its last four a count.
+enum Command : uint8_t {
+  kCmdDone = 0,   // the measurement is over (or never starts)
+  kCmdEcho = 1,   // send this word back
+  kCmdLarge = 2,  // a message of `count` bytes follows: send it back
+  kCmdBurst = 3,  // `count` - 1 more words follow: then send one back
+};
+constexpr size_t kLargestBytes = size_t{1} << 20;
 
-// The partner's side: rank 0's first word says whether it measures (it may read a file).
+struct Word {
+  std::byte bytes[8] = {};
+  Word() = default;
+  Word(Command c, uint32_t count) {
+    bytes[0] = static_cast<std::byte>(c);
+    std::memcpy(bytes + 4, &count, 4);
+  }
+  Command command() const { return static_cast<Command>(bytes[0]); }
+  uint32_t count() const {
+    uint32_t c;
+    std::memcpy(&c, bytes + 4, 4);
+    return c;
+  }
+};
+
+// Rank 0's side over the communicator (the partner's: answer()).
+class CommProbe final : public LinkProbe {
+ public:
+  CommProbe(Communicator& comm, int partner) : comm_(comm), partner_(partner), big_(kLargestBytes) {}
+  double now() override { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+  void roundTrip(size_t bytes) override {
+    if (bytes <= 8) {
+      put(Word(kCmdEcho, 0));
+      get();
+      return;
+    }
+    RF_ENFORCE(bytes <= big_.size(), "calibration message of ", bytes, " bytes");
+    put(Word(kCmdLarge, static_cast<uint32_t>(bytes)));
+    send(comm_, big_.data(), bytes, DataType::kUint8, partner_);
+    recv(comm_, big_.data(), bytes, DataType::kUint8, partner_);
+  }
+  void burst(int messages) override {
+    put(Word(kCmdBurst, static_cast<uint32_t>(messages)));
+    for (int i = 1; i < messages; ++i) put(Word(kCmdEcho, 0));
+    get();
+  }
+  void done() { put(Word(kCmdDone, 0)); }
+
+ private:
+  void put(const Word& w) { send(comm_, w.bytes, 8, DataType::kUint8, partner_); }
+  void get() {
+    Word w;
+    recv(comm_, w.bytes, 8, DataType::kUint8, partner_);
+  }
+  Communicator& comm_;
+  int partner_;
+  std::vector<std::byte> big_;
+};
+
+// The partner's side: answers rank 0's words until kCmdDone.
 void answer(Communicator& comm) {
-  constexpr int kSmall = 16, kLarge = 3, kBurst = 32;
-  std::byte small[8] = {};
-  recv(comm, small, 8, DataType::kUint8, 0);
-  if (small[0] == std::byte{0}) return;
-  send(comm, small, 8, DataType::kUint8, 0);
-  std::vector<std::byte> big(size_t{1} << 20);
-  for (int i = 0; i < kSmall; ++i) {
-    recv(comm, small, 8, DataType::kUint8, 0);
-    send(comm, small, 8, DataType::kUint8, 0);
+  std::vector<std::byte> big;
+  for (;;) {
+    Word w;
+    recv(comm, w.bytes, 8, DataType::kUint8, 0);
+    switch (w.command()) {
+      case kCmdDone: return;
+      case kCmdEcho: send(comm, w.bytes, 8, DataType::kUint8, 0); break;
+      case kCmdLarge:
+        RF_ENFORCE(w.count() <= kLargestBytes, "calibration message of ", w.count(), " bytes");
+        big.resize(std::max<size_t>(big.size(), w.count()));
+        recv(comm, big.data(), w.count(), DataType::kUint8, 0);
+        send(comm, big.data(), w.count(), DataType::kUint8, 0);
+        break;
+      case kCmdBurst: {
+        Word each;
+        for (uint32_t i = 1, n = w.count(); i < n; ++i) recv(comm, each.bytes, 8, DataType::kUint8, 0);
+        send(comm, w.bytes, 8, DataType::kUint8, 0);
+        break;
+      }
+      default:
+        RF_THROW(MismatchError, "calibration: unknown command ", static_cast<int>(w.command()),
+                 " from rank 0 (is every rank running the same ringfold version?)");
+    }
   }
-  for (int i = 0; i < kLarge; ++i) {
-    recv(comm, big.data(), big.size(), DataType::kUint8, 0);
-    send(comm, big.data(), big.size(), DataType::kUint8, 0);
-  }
-  for (int i = 0; i < kBurst; ++i) recv(comm, small, 8, DataType::kUint8, 0);
-  send(comm, small, 8, DataType::kUint8, 0);
 }
 
 double measureGamma(Communicator& comm) {
@@ -394,6 +432,54 @@ double measureGamma(Communicator& comm) {
 
 }  // namespace
 
+double calibrationBudget(std::chrono::milliseconds timeout) {
+  return std::min(1.0, 0.1 * std::chrono::duration<double>(timeout).count());
+}
+
+LinkCost measureLink(LinkProbe& probe, double budget) {
+  constexpr int kSmall = 16, kLarge = 3, kBurst = 32;
+  constexpr size_t kFirstLarge = size_t{16} << 10;
+  const double start = probe.now(), end = start + budget;
+  auto timed = [&probe](size_t bytes) {
+    const double t0 = probe.now();
+    probe.roundTrip(bytes);
+    return probe.now() - t0;
+  };
+  timed(8);  // warm-up
+  // Small round trips in 30% of the budget; three at least, for a median, within half of it.
+  std::vector<double> rtt;
+  auto fits = [&](double share) { return probe.now() + rtt.back() <= start + share * budget; };
+  do {
+    rtt.push_back(timed(8));
+  } while (static_cast<int>(rtt.size()) < kSmall && (fits(0.3) || (rtt.size() < 3 && fits(0.5))));
+  LinkCost link;
+  link.alpha = median(rtt) / 2;
+  // Large messages, leaving room for the burst (about one round trip, twice over).
+  const double largeEnd = end - 4 * link.alpha;
+  size_t size = kFirstLarge;
+  rtt.clear();
+  for (;;) {
+    rtt.push_back(timed(size));
+    const double took = median(rtt), left = largeEnd - probe.now();
+    if (size < kLargestBytes) {
+      const double next = 2 * link.alpha + std::max(0.0, took - 2 * link.alpha) * 4;
+      if (kLarge * next <= left) {
+        size *= 4;
+        rtt.clear();
+        continue;
+      }
+    }
+    if (static_cast<int>(rtt.size()) >= kLarge || took > left) break;
+  }
+  link.beta = std::max(0.0, median(rtt) / 2 - link.alpha) / static_cast<double>(size);
+  const double t0 = probe.now();
+  probe.burst(kBurst);
+  link.overhead = std::max(0.0, probe.now() - t0 - 2 * link.alpha) / kBurst;
+  RF_LOG(kDebug) << "calibration of a link: " << probe.now() - start << " s of a budget of " << budget
+                 << " s, largest message " << size << " bytes";
+  return link;
+}
+
 ModelConstants calibrate(Communicator& comm) {
   ModelConstants m;
   if (comm.size() < 2) return m;
@@ -410,9 +496,9 @@ ModelConstants calibrate(Communicator& comm) {
   if (comm.rank() == 0) {
     try {
       if (!file.empty()) {
-        std::byte skip[8] = {};
+        const Word skip(kCmdDone, 0);
         for (int partner : {local, remote}) {
-          if (partner > 0) send(comm, skip, 8, DataType::kUint8, partner);
+          if (partner > 0) send(comm, skip.bytes, 8, DataType::kUint8, partner);
         }
         std::ifstream in(file);
         if (!in) RF_THROW(InvalidArgument, params::kModelFile.name, "='", file, "' cannot be read");
@@ -420,9 +506,20 @@ ModelConstants calibrate(Communicator& comm) {
         text << in.rdbuf();
         m = ModelConstants::parse(text.str(), std::string(params::kModelFile.name) + "='" + file + "'");
       } else {
-        std::vector<std::byte> big(size_t{1} << 20);
-        if (local > 0) m.local = measureLink(comm, local, big);
-        if (remote > 0) m.remote = measureLink(comm, remote, big);
+        // The budget: half for the local link when there is a remote one too (a local link
+        // takes far less), the rest for the remote one.
+        const double budget = calibrationBudget(comm.timeout());
+        const Clock::time_point start = Clock::now();
+        if (local > 0) {
+          CommProbe probe(comm, local);
+          m.local = measureLink(probe, remote > 0 ? budget / 2 : budget);
+          probe.done();
+        }
+        if (remote > 0) {
+          CommProbe probe(comm, remote);
+          m.remote = measureLink(probe, std::max(0.0, budget - seconds(start, Clock::now())));
+          probe.done();
+        }
         if (local < 0) m.local = m.remote;
         if (remote < 0) m.remote = m.local;
         m.gamma = measureGamma(comm);

@@ -10,7 +10,8 @@
 //   gamma    : per byte reduced once by the CPU reducer (float32 sum).
 // They are measured at start-up (calibrate(), about 50 ms: rank 0 pings its first local and its
 // first remote peer, times its reducer, and broadcasts the figures so every rank chooses the
-// same), or read from RINGFOLD_MODEL_FILE (the `text()` format, saved with RINGFOLD_MODEL_SAVE).
+// same; bounded in time, calibrationBudget(), as the other ranks wait for it in silence), or read
+// from RINGFOLD_MODEL_FILE (the `text()` format, saved with RINGFOLD_MODEL_SAVE).
 //
 // Predicted seconds for S bytes at n ranks on H hosts of L ranks each (consecutive ranks on a
 // host); d = ceil(log2 n); alpha, beta, overhead are the remote link's when H > 1, except where
@@ -32,6 +33,7 @@
 //            cross allreduces (beta_r x L). RINGFOLD_ALGO=hierarchical,tree: tree among hosts.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -141,6 +143,33 @@ class AllreduceChooser {
 
 // The shape of a job whose ranks run on hostOf[rank] (empty: one host).
 JobShape jobShape(int size, const std::vector<int>& hostOf);
+
+// One link's measurement as rank 0 drives it, step by step, while the partner answers each step
+// (calibrate() runs it over the communicator; a test over a simulated link). now(): seconds on a
+// monotonic clock, the one the budget is kept on.
+class LinkProbe {
+ public:
+  virtual ~LinkProbe() = default;
+  virtual double now() = 0;
+  virtual void roundTrip(size_t bytes) = 0;  // `bytes` to the partner, the same back
+  virtual void burst(int messages) = 0;      // `messages` small ones back to back, one back
+};
+
+// How long calibrate() may measure, in seconds: a tenth of the communicator's timeout, at most
+// 1 s. Every rank but the two measured waits for it in the broadcast that follows, hearing
+// nothing, under that timeout; on a LAN the full measurement takes far less.
+double calibrationBudget(std::chrono::milliseconds timeout);
+
+// Measures one link within `budget` seconds. In order: a warm-up round trip; up to 16 small round
+// trips (alpha: half their lower median) while another fits in 30% of the budget (the first three
+// in half of it); round trips of 16 KiB, then 64 and 256 KiB, then 1 MiB (beta: from the median at
+// the largest size reached, alpha taken off), moving up while three at the next size are
+// predicted (the transfer part of the time growing with the size) to fit before the budget's end
+// less a burst's room, and up to three at the last size while they fit; a burst of 32 small
+// messages (overhead). At least one of each: on a link whose round trip alone is a quarter of the
+// budget, four round trips and the 16 KiB transfer are the bound. On a LAN: 16 small, 3 x 1 MiB,
+// as before the budget.
+LinkCost measureLink(LinkProbe& probe, double budget);
 
 // Measures the constants over `comm` (collective; see above) and returns rank 0's figures on
 // every rank. Reads RINGFOLD_MODEL_FILE instead when it is set; writes RINGFOLD_MODEL_SAVE on
