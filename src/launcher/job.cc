@@ -130,6 +130,21 @@ void Job::beginStop(int sig, const std::string& why) {
   for (auto& r : ranks_) signalRank(r, sig);
 }
 
+void Job::beginFailureGrace(const Rank& failed) {
+  // A remote rank that never started cannot have met a peer; when ssh lost its host, no rank was
+  // seen to die (the others would notice a lost host only after RINGFOLD_TIMEOUT): nothing for
+  // the others to see within a grace.
+  const bool seenToDie = failed.local || (failed.started && exitCodeOf(failed.status) != kSshFailed);
+  if (failureGraceSeconds_ <= 0 || !seenToDie || runningCount() == 0) {
+    beginStop(SIGTERM, "");
+    return;
+  }
+  failing_ = true;
+  stopAt_ = Clock::now() + toDuration(failureGraceSeconds_);
+  verbose("the other " + std::to_string(runningCount()) + " rank(s) have " +
+          formatSeconds(failureGraceSeconds_, "%g") + " s to fail and exit on their own (--failure-grace)");
+}
+
 void Job::killAll() {
   killed_ = true;
   giveUpAt_ = Clock::now() + kReapAfterKill;
@@ -162,7 +177,7 @@ void Job::onRankExit(Rank& r) {
       r.failedSeq = failedCount_++;
     }
   }
-  if (!failed || stopping_) {
+  if (!failed || stopping_ || failing_) {  // not the first failure: it said what happened
     verbose(what);
     return;
   }
@@ -170,7 +185,7 @@ void Job::onRankExit(Rank& r) {
   exitCode_ = code;
   firstFailed_ = r.slot.rank;
   firstFailureNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  beginStop(SIGTERM, "");
+  beginFailureGrace(r);
 }
 
 void Job::reportCause(const OutputForwarder& forwarder) {
@@ -231,7 +246,7 @@ void Job::checkStarted(const OutputForwarder& forwarder) {
             formatSeconds(secondsSinceLaunch()) + " s after launch");
     return;
   }
-  if (stopping_ || Clock::now() < startDeadline_) return;
+  if (stopping_ || failing_ || Clock::now() < startDeadline_) return;
   for (const auto& r : ranks_) {
     if (r.started || !r.running) continue;
     std::string said = forwarder.lastLine(r.stdoutSource + 1);
@@ -295,6 +310,9 @@ int Job::run() {
                              ? *options_.startTimeoutSeconds
                              : std::chrono::duration<double>(params::kStartTimeout.asSeconds()).count();
   startDeadline_ = launchedAt_ + toDuration(startTimeoutSeconds_);
+  failureGraceSeconds_ = options_.failureGraceSeconds
+                             ? *options_.failureGraceSeconds
+                             : std::chrono::duration<double>(params::kFailureGrace.asSeconds()).count();
 
   // The store: in this process, with a fresh secret, where every rank can reach it.
   const std::string storeAddr = chooseStoreAddress(options_.networkInterfaces, firstRemote);
@@ -346,6 +364,8 @@ int Job::run() {
     int timeoutMs = -1;
     if (stopping_) {
       timeoutMs = msUntil(killed_ ? giveUpAt_ : killAt_);
+    } else if (failing_) {
+      timeoutMs = msUntil(stopAt_);
     } else if (!allStarted_ && Clock::now() < startDeadline_) {
       timeoutMs = msUntil(startDeadline_);
     }
@@ -359,7 +379,7 @@ int Job::run() {
         int sig = static_cast<int>(si.ssi_signo);
         if (sig == SIGCHLD) continue;  // reaped at the top of the loop
         if (!stopping_) {
-          exitCode_ = 128 + sig;
+          if (!failing_) exitCode_ = 128 + sig;  // else the failed rank's status stands
           beginStop(sig, "received " + signalName(sig) + ", ");
         } else if (!killed_) {
           say("received " + signalName(sig) + " again, killing the ranks");
@@ -367,7 +387,10 @@ int Job::run() {
         }
       }
     }
-    if (stopping_ && !killed_ && Clock::now() >= killAt_ && runningCount() > 0) {
+    if (failing_ && !stopping_ && Clock::now() >= stopAt_ && runningCount() > 0) {
+      beginStop(SIGTERM, formatSeconds(failureGraceSeconds_, "%g") + " s after rank " +
+                             std::to_string(firstFailed_) + " failed (--failure-grace), ");
+    } else if (stopping_ && !killed_ && Clock::now() >= killAt_ && runningCount() > 0) {
       say(std::to_string(runningCount()) + " rank(s) still running after the " +
           formatSeconds(options_.gracePeriodSeconds, "%g") + " s grace period, sending SIGKILL");
       killAll();

@@ -18,9 +18,18 @@
 //     (<ssh's last words>)", exit code 1, and every rank is stopped.
 //   * A rank that exits non-zero or is killed: "ringfoldrun: rank R (pid P) exited with status
 //     S" (or "was killed by signal SIGKILL"; remote: "rank R on host H ..."; ssh's own failure,
-//     255: "lost the connection to host H" with ssh's message) on stderr, then every other
-//     rank is stopped: SIGTERM, and SIGKILL after the grace period. The exit code is that
-//     rank's status, or 128+signal.
+//     255: "lost the connection to host H" with ssh's message) on stderr. The other ranks then
+//     get the failure grace (--failure-grace, else RINGFOLD_FAILURE_GRACE, else 2 s) to fail
+//     and exit on their own: they see the dead peer within milliseconds and name it, where a
+//     SIGTERM from the launcher could make one fail first on a peer the launcher had just
+//     stopped, and name that one. Nothing is signalled during the grace; it ends early when
+//     every rank has exited. The ranks still running at its end are stopped: "ringfoldrun:
+//     S s after rank R failed (--failure-grace), stopping N remaining rank(s) with SIGTERM",
+//     and SIGKILL after the grace period. No grace (they are stopped at once) when it is 0,
+//     when the failed rank is a remote one that never started (no peer can have met it), or
+//     when ssh lost its host (255: no rank was seen to die; the others would notice a lost host
+//     only after RINGFOLD_TIMEOUT).
+//     The exit code is that rank's status, or 128+signal.
 //   * At the end of such a job, when the rank that exited first is not where the failure
 //     started (it reports a failed peer, while another rank raised), or when other ranks report
 //     a failed peer: "ringfoldrun: the failure started at rank R: <its error line> (ranks A, B
@@ -30,16 +39,18 @@
 //     the remote host), so a stopped rank (SIGSTOP, SIGTSTP) acts on it at once instead of
 //     holding the job for the whole grace period.
 //   * SIGINT/SIGTERM/SIGHUP to the launcher: forwarded to every rank (to a remote rank through
-//     its ssh stdin), SIGKILL after the grace period (at once on a second signal); exit code
-//     128+signal (130, 143, 129).
+//     its ssh stdin) at once, during a failure grace too, SIGKILL after the grace period (at
+//     once on a second signal); exit code 128+signal (130, 143, 129), or the failed rank's when
+//     the signal came during its failure grace.
 //   * When a rank's leader exits, what is left of its process group (background children) is
 //     SIGKILLed before the leader is reaped (its zombie keeps the group id from being reused);
 //     remote hosts do the same (remote_rank.h).
 //   * If the launcher dies, even by SIGKILL, local ranks and ssh clients die of
 //     PR_SET_PDEATHSIG, and each remote side sees its stdin close and kills its rank.
 //   * Every wait is bounded: the job ends within grace period + a few seconds of the decision
-//     to stop, even if a rank ignores SIGTERM, a host is unreachable, or a grandchild holds an
-//     output pipe open (an ssh client that is still there at the end is SIGKILLed).
+//     to stop (after a rank's failure: the end of the failure grace), even if a rank ignores
+//     SIGTERM, a host is unreachable, or a grandchild holds an output pipe open (an ssh client
+//     that is still there at the end is SIGKILLed).
 //   * All ranks exiting 0: exit code 0. A command that cannot be executed: 127.
 //   * --verbose adds what is started where and the start-up time: "all N ranks started X s
 //     after launch".
@@ -94,6 +105,8 @@ class Job {
   void checkStarted(const OutputForwarder& forwarder);
   void signalRank(Rank& r, int sig);
   void beginStop(int sig, const std::string& why);
+  // After the first failure: the failure grace, or beginStop at once (the contract).
+  void beginFailureGrace(const Rank& failed);
   void killAll();
   void abandonRemote();  // SIGKILL and reap the ssh clients still running
   int runningCount() const;
@@ -104,7 +117,8 @@ class Job {
   LaunchOptions options_;
   std::vector<Rank> ranks_;
   const OutputForwarder* forwarder_ = nullptr;
-  bool stopping_ = false;
+  bool failing_ = false;   // a rank failed: the others are in their failure grace
+  bool stopping_ = false;  // the ranks have been signalled
   bool killed_ = false;
   bool allStarted_ = false;
   int exitCode_ = 0;
@@ -112,9 +126,11 @@ class Job {
   int firstFailed_ = -1;  // the rank whose exit stopped the job
   int64_t firstFailureNs_ = 0;  // when (steady_clock, as OutputForwarder's times)
   double startTimeoutSeconds_ = 60;
+  double failureGraceSeconds_ = 2;
   std::string nonce_;  // marks a remote rank's start line and the end of its script
   std::chrono::steady_clock::time_point launchedAt_;
   std::chrono::steady_clock::time_point startDeadline_;
+  std::chrono::steady_clock::time_point stopAt_;    // the end of the failure grace
   std::chrono::steady_clock::time_point killAt_;    // SIGKILL after the grace period
   std::chrono::steady_clock::time_point giveUpAt_;  // stop waiting for unkillable ranks
 };

@@ -56,6 +56,7 @@ const std::vector<OptionSpec>& optionSpecs() {
       {{"-H", "--hosts"}, true},
       {{"--start-timeout"}, true},
       {{"--grace-period"}, true},
+      {{"--failure-grace"}, true},
       {{"-x"}, true},
       {{"--hostfile", "-hostfile"}, true},
       {{"--ssh-port", "-p"}, true},
@@ -102,6 +103,10 @@ void finishElastic(LaunchOptions& opt, bool numProcGiven, const std::string& ela
   }
   if (!hostsFrom.empty()) {
     usageError(hostsFrom + " and --host-discovery-script both give the hosts; use one");
+  }
+  if (opt.failureGraceSeconds) {
+    usageError("--failure-grace is not for elastic jobs: a failed worker makes the others reset, "
+               "it does not stop them");
   }
   if (!numProcGiven && opt.minNumProc == 0) {
     usageError("missing -np or --min-np: say how many workers an elastic job needs, e.g. --min-np 2");
@@ -263,6 +268,8 @@ LaunchOptions parseLaunchOptions(const std::vector<std::string>& args) {
       opt.startTimeoutSeconds = parseSeconds(value, "--start-timeout");
     } else if (canonical == "--grace-period") {
       opt.gracePeriodSeconds = parseSeconds(value, "--grace-period");
+    } else if (canonical == "--failure-grace") {
+      opt.failureGraceSeconds = parseSeconds(value, "--failure-grace");
     } else if (canonical == "-x") {
       opt.exports.push_back(parseExport(value));
     } else if (canonical == "--verbose") {
@@ -309,7 +316,8 @@ std::string usageText() {
 
 Starts N ranks of `command` on this machine and, over ssh, on other hosts; hosts their
 rendezvous store; forwards their output prefixed with the rank ("[3]<stdout>:..."). If a
-rank fails, or a host cannot be reached, every rank on every host is stopped.
+rank fails, or a host cannot be reached, every rank on every host is stopped (after a rank's
+failure, once the others have had --failure-grace to fail on their own).
 
 hosts:
   -np, --num-proc N     number of ranks to start (required)
@@ -331,6 +339,9 @@ run:
                         the store and their peers (passed on as RINGFOLD_START_TIMEOUT;
                         default: RINGFOLD_START_TIMEOUT or 60)
   --grace-period S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)
+  --failure-grace S     after a rank fails, seconds the others have to fail and exit on their
+                        own (naming the failed peer) before they are stopped (default:
+                        RINGFOLD_FAILURE_GRACE or 2; 0: stop them at once)
   -x VAR[=value]        export VAR to the ranks (with a value: set it), may repeat
   --output-filename DIR also write each rank's output to DIR/rank.N/stdout and stderr
   --bind-to auto|core|none

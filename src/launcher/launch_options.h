@@ -3,7 +3,8 @@
 //
 //   ringfoldrun -np N [-H host:slots,... | --hostfile FILE] [--ssh-port P]
 //               [--ssh-identity-file F] [--ssh-option OPT]... [--network-interface IFACES]
-//               [--start-timeout S] [--grace-period S] [--output-filename DIR]
+//               [--start-timeout S] [--grace-period S] [--failure-grace S]
+//               [--output-filename DIR]
 //               [--bind-to auto|core|none] [--verbose]
 //               [-x VAR[=value]]... command [args...]
 //   ringfoldrun [-np N] --min-np M [--max-np X] --host-discovery-script S [--slots K]
@@ -27,9 +28,9 @@
 //     RINGFOLD_ELASTIC_TIMEOUT / HOROVOD_ELASTIC_TIMEOUT when the job starts, else 600 s;
 //     --reset-limit unlimited. UsageErrors: --min-np above --max-np, -np outside
 //     [--min-np, --max-np], a negative --reset-limit, an elastic flag without
-//     --host-discovery-script, -H/--hostfile together with it, and a discovery script given as
-//     a path that is missing or not executable (a bare name is looked up on PATH when the job
-//     starts, elastic_job.h).
+//     --host-discovery-script, -H/--hostfile or --failure-grace together with it, and a
+//     discovery script given as a path that is missing or not executable (a bare name is looked
+//     up on PATH when the job starts, elastic_job.h).
 #pragma once
 
 #include <optional>
@@ -55,6 +56,9 @@ struct LaunchOptions {
   std::string hostfile;          // --hostfile path, empty if not given
   std::optional<double> startTimeoutSeconds;
   double gracePeriodSeconds = 3.0;  // SIGTERM -> SIGKILL delay when stopping ranks
+  // --failure-grace: after the first rank fails, how long the others may fail and exit on their
+  // own before they are stopped (job.h); none: RINGFOLD_FAILURE_GRACE (2 s). Not elastic.
+  std::optional<double> failureGraceSeconds;
   bool verbose = false;
   std::vector<EnvExport> exports;
   // ssh to remote hosts

@@ -115,6 +115,25 @@ TEST(LaunchOptions, OtherBadInputIsNamed) {
             std::string::npos);
 }
 
+// --failure-grace: seconds (0 allowed), unset by default (RINGFOLD_FAILURE_GRACE then decides,
+// job.h), and refused in elastic mode, where a failed worker does not stop the others.
+TEST(LaunchOptions, FailureGrace) {
+  EXPECT_FALSE(parseLaunchOptions(Args{"-np", "2", "a"}).failureGraceSeconds.has_value());
+  auto o = parseLaunchOptions(Args{"-np", "2", "--failure-grace", "0.5", "a"});
+  ASSERT_TRUE(o.failureGraceSeconds.has_value());
+  EXPECT_DOUBLE_EQ(*o.failureGraceSeconds, 0.5);
+  o = parseLaunchOptions(Args{"-np", "2", "--failure-grace=0", "a"});
+  ASSERT_TRUE(o.failureGraceSeconds.has_value());
+  EXPECT_DOUBLE_EQ(*o.failureGraceSeconds, 0.0);
+  EXPECT_NE(usageErrorOf({"-np", "2", "--failure-grace", "-1", "a"})
+                .find("--failure-grace expects a number of seconds (0 or more), got '-1'"),
+            std::string::npos);
+  EXPECT_NE(usageErrorOf({"-np", "2", "--failure-grace", "2", "--host-discovery-script=/bin/true", "a"})
+                .find("--failure-grace is not for elastic jobs"),
+            std::string::npos);
+  EXPECT_NE(usageText().find("--failure-grace S"), std::string::npos);
+}
+
 TEST(RankLayout, FillsHostsInOrderWithHorovodCrossRanks) {
   auto slots = computeRankLayout({{"a", 2}, {"b", 2}, {"c", 4}}, 5);
   ASSERT_EQ(slots.size(), 5u);

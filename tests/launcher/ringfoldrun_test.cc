@@ -5,8 +5,10 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "launcher/subprocess.h"
 
@@ -269,6 +271,102 @@ TEST(Ringfoldrun, SummaryNamesTheRankWhereTheFailureStartedNotTheFirstToExit) {
     // The job's exit code is the cause's own status when it exited by itself, else the first.
     EXPECT_EQ(f.exitCode, std::string(exitHandlers).find("exit 3") != std::string::npos ? 3 : 1) << f.err;
   }
+}
+
+// The failure grace (--failure-grace, RINGFOLD_FAILURE_GRACE; job.h). In these jobs rank 1 fails
+// and ranks 0 and 2 trap SIGTERM (leaving term.N behind, then exiting 9), so a signal from the
+// launcher shows.
+std::string trapTerm(const TempDir& dir) {
+  return "trap 'touch " + dir.path() + "/term.$RINGFOLD_RANK; exit 9' TERM; ";
+}
+// Rank 1's script: once every rank is up, it fails on its own.
+std::string failingRank(const TempDir& dir) {
+  return recordPid(dir) + waitForPids(dir, 3) + "echo 'ValueError: boom on rank 1' >&2; exit 3";
+}
+std::string failureGraceJob(const TempDir& dir, const std::string& survivor) {
+  return "if [ $RINGFOLD_RANK = 1 ]; then " + failingRank(dir) + "; else " + trapTerm(dir) + recordPid(dir) +
+         survivor + "; fi";
+}
+bool exists(const TempDir& dir, const std::string& name) { return std::filesystem::exists(dir.path() + "/" + name); }
+
+// Survivors that see the failed rank gone (as ringfold's ranks see a dead peer, within
+// milliseconds of its death, often after the launcher saw it) and fail on their own within the
+// grace are not signalled: each one's own error, naming rank 1, reaches the output (before the
+// grace, the launcher's SIGTERM could beat them, and one failing on that would name the wrong
+// peer). The grace ends when the last rank has exited, not when it runs out (30 s).
+TEST(Ringfoldrun, SurvivorsFailingOnTheirOwnWithinTheFailureGraceAreNotSignalled) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string survivor =
+      waitForPids(dir, 3) + "p=$(cat " + d + "/pid.1); i=0; "
+      "while kill -0 $p 2>/dev/null && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; "
+      "echo \"rank $RINGFOLD_RANK: the process of rank 1 (pid $p) exited\" >&2; exit 1";
+  Finished f = run(launcher({"-np", "3", "--failure-grace", "30", "sh", "-c", failureGraceJob(dir, survivor)}), 60s);
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_EQ(f.exitCode, 3) << f.err;
+  EXPECT_LT(f.seconds, 25.0) << "the failure grace did not end when every rank had exited\n" << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex("ringfoldrun: rank 1 \\(pid \\d+\\) exited with status 3"))) << f.err;
+  for (const char* r : {"0", "2"}) {
+    SCOPED_TRACE(r);
+    EXPECT_TRUE(std::regex_search(f.err, std::regex(std::string("\\[") + r + "\\]<stderr>:rank " + r +
+                                                    ": the process of rank 1 \\(pid \\d+\\) exited\n")))
+        << f.err;
+    EXPECT_FALSE(exists(dir, std::string("term.") + r)) << "rank " << r << " was signalled\n" << f.err;
+  }
+  EXPECT_FALSE(contains(f.err, "stopping")) << f.err;
+  EXPECT_TRUE(contains(f.err, "ringfoldrun: the failure started at rank 1: ValueError: boom on rank 1 "
+                              "(ranks 0, 2 report a failed peer)\n"))
+      << f.err;
+  std::vector<pid_t> pids = waitForPidFiles(d, 3, 1s);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
+}
+
+// Survivors that keep running (they never see the failure, or hang) are stopped once the grace
+// (here RINGFOLD_FAILURE_GRACE=0.5 from the launcher's environment) is over; every wait bounded.
+TEST(Ringfoldrun, SurvivorsStillRunningAfterTheFailureGraceAreStopped) {
+  TempDir dir;
+  const std::string survivor = "i=0; while [ $i -lt 1000 ]; do sleep 0.05; i=$((i+1)); done; exit 0";
+  Finished f = run(launcher({"-np", "3", "sh", "-c", failureGraceJob(dir, survivor)}), 30s,
+                   {"RINGFOLD_FAILURE_GRACE=0.5"});
+  ASSERT_FALSE(f.timedOut) << f.err;
+  EXPECT_EQ(f.exitCode, 3) << f.err;
+  EXPECT_TRUE(contains(f.err, "ringfoldrun: 0.5 s after rank 1 failed (--failure-grace), stopping 2 remaining "
+                              "rank(s) with SIGTERM\n"))
+      << f.err;
+  EXPECT_TRUE(exists(dir, "term.0")) << f.err;
+  EXPECT_TRUE(exists(dir, "term.2")) << f.err;
+  EXPECT_FALSE(contains(f.err, "sending SIGKILL")) << f.err;
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 3, 1s);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
+}
+
+// A signal to the launcher during the failure grace stops every rank at once (a 60 s grace here;
+// the job must end long before it); the exit code stays the failed rank's.
+TEST(Ringfoldrun, SignalDuringTheFailureGraceStopsEveryRankAtOnce) {
+  TempDir dir;
+  const std::string survivor = "i=0; while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; exit 0";
+  Subprocess p(launcher({"-np", "3", "--failure-grace", "60", "sh", "-c", failureGraceJob(dir, survivor)}));
+  std::vector<pid_t> pids = waitForPidFiles(dir.path(), 3, 10s);
+  ASSERT_EQ(pids.size(), 3u);
+  std::ifstream in(dir.path() + "/pid.1");
+  long failed = 0;
+  ASSERT_TRUE(in >> failed);
+  // Rank 1 reaped (gone from /proc): the launcher has seen it fail and is in the grace.
+  for (int i = 0; i < 500 && std::filesystem::exists("/proc/" + std::to_string(failed)); ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_FALSE(std::filesystem::exists("/proc/" + std::to_string(failed)));
+  std::this_thread::sleep_for(200ms);
+  p.signal(SIGTERM);
+  Finished f = p.finish(20s);
+  ASSERT_FALSE(f.timedOut) << "the launcher waited out the failure grace after SIGTERM\n" << f.err;
+  EXPECT_EQ(f.exitCode, 3) << f.err;
+  EXPECT_TRUE(contains(f.err, "ringfoldrun: received SIGTERM, stopping 2 remaining rank(s) with SIGTERM\n")) << f.err;
+  EXPECT_TRUE(exists(dir, "term.0")) << f.err;
+  EXPECT_TRUE(exists(dir, "term.2")) << f.err;
+  EXPECT_TRUE(waitUntilDead(pids, 2s).empty()) << "ranks left running after the launcher exited";
 }
 
 void expectSignalStopsAll(int sig, int wantExit) {
