@@ -1,5 +1,6 @@
 #include "rendezvous/file_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <openssl/sha.h>
 #include <sys/file.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -60,6 +62,35 @@ bool readFile(const std::string& path, std::vector<uint8_t>& out) {
   }
   ::close(fd);
   return true;
+}
+
+bool isHashedName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return path.compare(slash == std::string::npos ? 0 : slash + 1, 2, "h_") == 0;
+}
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The key of an escaped file name ("k_..."), or std::nullopt if it is not one.
+std::optional<std::string> unescapeName(const std::string& name) {
+  if (name.compare(0, 2, "k_") != 0) return std::nullopt;
+  std::string key;
+  for (size_t i = 2; i < name.size(); ++i) {
+    if (name[i] != '%') {
+      key += name[i];
+      continue;
+    }
+    if (i + 2 >= name.size()) return std::nullopt;
+    const int hi = hexValue(name[i + 1]), lo = hexValue(name[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    key += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return key;
 }
 
 }  // namespace
@@ -120,8 +151,17 @@ void FileStore::writeAtomically(const std::string& path, const std::vector<uint8
   }
 }
 
+void FileStore::recordHashedKey(const std::string& key, const std::string& path) {
+  if (!isHashedName(path)) return;
+  const std::string keyPath = path + ".key";
+  if (::access(keyPath.c_str(), F_OK) == 0) return;
+  writeAtomically(keyPath, std::vector<uint8_t>(key.begin(), key.end()));
+}
+
 void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  writeAtomically(pathOf(key), value);
+  const std::string path = pathOf(key);
+  recordHashedKey(key, path);
+  writeAtomically(path, value);
 }
 
 std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -141,7 +181,7 @@ std::vector<uint8_t> FileStore::get(const std::string& key, std::chrono::millise
   }
 }
 
-int64_t FileStore::add(const std::string& key, int64_t delta) {
+int FileStore::lockDirectory() {
   const std::string lockPath = dir_ + "/.lock";
   int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   RF_CHECK_ERRNO(fd, "FileStore cannot open lock file '", lockPath, "'");
@@ -157,9 +197,15 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
     errno = saved;
     RF_CHECK_ERRNO(-1, "FileStore cannot lock '", lockPath, "'");
   }
+  return fd;
+}
+
+int64_t FileStore::add(const std::string& key, int64_t delta) {
+  const int fd = lockDirectory();
   int64_t value = 0;
   try {
     const std::string path = pathOf(key);
+    recordHashedKey(key, path);
     std::vector<uint8_t> current;
     if (readFile(path, current)) {
       value = params::parseInt(std::string(current.begin(), current.end()),
@@ -181,6 +227,43 @@ bool FileStore::check(const std::vector<std::string>& keys) {
     if (::access(pathOf(k).c_str(), F_OK) != 0) return false;
   }
   return true;
+}
+
+int64_t FileStore::deletePrefix(const std::string& prefix) {
+  const int lockFd = lockDirectory();
+  int64_t removed = 0;
+  DIR* dir = nullptr;
+  try {
+    dir = ::opendir(dir_.c_str());
+    if (dir == nullptr) RF_CHECK_ERRNO(-1, "FileStore cannot list '", dir_, "'");
+    std::vector<std::string> doomed;  // file names; a hashed key's ".key" file goes with it
+    while (dirent* entry = ::readdir(dir)) {
+      const std::string name = entry->d_name;
+      std::optional<std::string> key = unescapeName(name);
+      if (!key && name.compare(0, 2, "h_") == 0 && !name.ends_with(".key")) {
+        std::vector<uint8_t> text;
+        if (readFile(dir_ + "/" + name + ".key", text)) key = std::string(text.begin(), text.end());
+      }
+      if (key && key->starts_with(prefix)) doomed.push_back(name);
+    }
+    ::closedir(dir);
+    dir = nullptr;
+    for (const std::string& name : doomed) {
+      const std::string path = dir_ + "/" + name;
+      if (::unlink(path.c_str()) == 0) {
+        ++removed;
+      } else if (errno != ENOENT) {
+        RF_CHECK_ERRNO(-1, "FileStore cannot remove '", path, "'");
+      }
+      if (name.compare(0, 2, "h_") == 0) ::unlink((path + ".key").c_str());
+    }
+  } catch (...) {
+    if (dir != nullptr) ::closedir(dir);
+    ::close(lockFd);
+    throw;
+  }
+  ::close(lockFd);
+  return removed;
 }
 
 }  // namespace ringfold::rendezvous

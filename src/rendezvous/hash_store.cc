@@ -56,4 +56,15 @@ bool HashStore::check(const std::vector<std::string>& keys) {
   return true;
 }
 
+int64_t HashStore::deletePrefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t removed = 0;
+  // Keys that begin with `prefix` sort together, from the first key not less than it.
+  for (auto it = data_.lower_bound(prefix); it != data_.end() && it->first.starts_with(prefix);) {
+    it = data_.erase(it);
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace ringfold::rendezvous

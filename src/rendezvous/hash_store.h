@@ -16,6 +16,8 @@ class HashStore : public Store {
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  int64_t deletePrefix(const std::string& prefix) override;
+  std::string describe() const override { return "the in-process store"; }
 
  private:
   std::mutex mu_;

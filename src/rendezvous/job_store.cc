@@ -33,6 +33,10 @@ struct Hosted {
   std::string secret;
   std::string bindAddr;
   pid_t pid = 0;  // the process whose thread serves it (a forked child has only a copy)
+  // This process's own clients of `server` (HostedStore), so that the connections of other
+  // processes can be told from its own: those alive, and the connections of those gone.
+  std::vector<const TcpStore*> ownClients;
+  int64_t retiredConnections = 0;
 };
 
 // A parsed numeric IPv4 or IPv6 address.
@@ -177,6 +181,8 @@ std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
     RF_THROW(Error, "rank 0 cannot host the rendezvous store on port ", info.storePort, " (",
              e.what(), "); choose a free port with ", params::kStorePort.name);
   }
+  h.retiredConnections = 0;  // ownClients still alive belong to the old server: not counted
+  h.ownClients.clear();
   h.port = info.storePort;
   h.pid = ::getpid();
   h.secret = info.secret;
@@ -189,6 +195,53 @@ std::shared_ptr<TcpStoreServer> hostedServer(const BootstrapInfo& info) {
                         : "every interface (the ranks dial the host name " + info.storeAddr + ")");
   return h.server;
 }
+
+// The hosting rank's client of its own server: a TcpStore that can also say what the server saw
+// (otherClients: connections authenticated by the server that none of this process's own
+// clients opened; conservative, as a connection is counted by the server a moment before its
+// client counts it).
+class HostedStore : public Store {
+ public:
+  HostedStore(std::shared_ptr<TcpStoreServer> server, std::unique_ptr<TcpStore> client, std::string where)
+      : server_(std::move(server)), client_(std::move(client)), where_(std::move(where)) {
+    Hosted& h = hosted();
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.server == server_) h.ownClients.push_back(client_.get());
+  }
+  ~HostedStore() override {
+    Hosted& h = hosted();
+    std::lock_guard<std::mutex> lock(h.mu);
+    auto it = std::find(h.ownClients.begin(), h.ownClients.end(), client_.get());
+    if (it != h.ownClients.end()) {
+      h.ownClients.erase(it);
+      h.retiredConnections += client_->connectionsOpened();
+    }
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { client_->set(key, value); }
+  std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return client_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return client_->add(key, delta); }
+  bool check(const std::vector<std::string>& keys) override { return client_->check(keys); }
+  int64_t deletePrefix(const std::string& prefix) override { return client_->deletePrefix(prefix); }
+  std::string describe() const override {
+    return "the rendezvous store at " + where_ + " (hosted by this rank)";
+  }
+  std::optional<int64_t> otherClients() const override {
+    Hosted& h = hosted();
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.server != server_) return std::nullopt;  // replaced: its counts are not ours to read
+    int64_t own = h.retiredConnections;
+    for (const TcpStore* c : h.ownClients) own += c->connectionsOpened();
+    return std::max<int64_t>(0, server_->authenticatedCount() - own);
+  }
+
+ private:
+  std::shared_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStore> client_;
+  std::string where_;  // the address the ranks dial
+};
 
 }  // namespace
 
@@ -214,7 +267,14 @@ JobStore openJobStore(const BootstrapInfo& info, std::chrono::milliseconds conne
   RF_ENFORCE(!host.empty(), "no rendezvous store address for ", info.size, " ranks (set ",
              params::kStoreAddr.name, ")");
   try {
-    job.store = std::make_unique<TcpStore>(host, info.storePort, info.secret, connectTimeout);
+    auto client = std::make_unique<TcpStore>(host, info.storePort, info.secret, connectTimeout);
+    if (job.server) {
+      const std::string& dialled = info.storeAddr.empty() ? host : info.storeAddr;
+      job.store = std::make_unique<HostedStore>(job.server, std::move(client),
+                                                dialled + ":" + std::to_string(info.storePort));
+    } else {
+      job.store = std::move(client);
+    }
   } catch (const TimeoutError& e) {
     if (info.hostStore) throw;
     // Say who should have been listening there.

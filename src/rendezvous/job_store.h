@@ -8,7 +8,9 @@
 // * info.hostStore (rank 0, unless RINGFOLD_STORE_SERVER=external): starts a TcpStoreServer at
 //   info.storePort on storeListenAddress(info), then connects to it there. The server lives as
 //   long as the process (or until a later openJobStore hosts one on another port or with
-//   another secret): a re-init (shutdown, then init) reuses it, so the other ranks, which may
+//   another secret). Its store is a client of that server that can also tell (Store::describe,
+//   otherClients) whether any other process has reached the server, for the rendezvous's
+//   errors. A re-init (shutdown, then init) reuses the server, so the other ranks, which may
 //   re-init first, never reach a store that is about to close. Each incarnation keeps to its
 //   own keys, as under ringfoldrun, whose store outlives every incarnation too.
 // * every other rank: a TcpStore to info.storeAddr:info.storePort, retrying until

@@ -30,4 +30,6 @@ bool PrefixStore::check(const std::vector<std::string>& keys) {
   return store_.check(full);
 }
 
+int64_t PrefixStore::deletePrefix(const std::string& prefix) { return store_.deletePrefix(join(prefix)); }
+
 }  // namespace ringfold::rendezvous

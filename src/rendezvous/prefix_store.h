@@ -18,6 +18,10 @@ class PrefixStore : public Store {
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  // Removes the keys under prefix() + "/" + `prefix` only ("": every key of this view).
+  int64_t deletePrefix(const std::string& prefix) override;
+  std::string describe() const override { return store_.describe(); }
+  std::optional<int64_t> otherClients() const override { return store_.otherClients(); }
 
   const std::string& prefix() const { return prefix_; }
 

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -66,6 +67,7 @@ struct TcpStore::Impl {
   std::mutex mu;
   std::vector<int> idle;  // authenticated connections not in use
   bool everConnected = false;
+  std::atomic<int64_t> opened{0};  // connections authenticated so far
 
   ~Impl() {
     for (int fd : idle) ::close(fd);
@@ -239,6 +241,7 @@ struct TcpStore::Impl {
         try {
           handshake(fd);
           everConnected = true;
+          opened.fetch_add(1);
           return fd;
         } catch (const NoGreeting& e) {
           ::close(fd);
@@ -444,5 +447,25 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   lease.ok = true;
   return all != 0;
 }
+
+int64_t TcpStore::deletePrefix(const std::string& prefix) {
+  impl_->checkKey(prefix);
+  std::vector<uint8_t> req;
+  req.push_back(wire::kDeletePrefix);
+  wire::putField(req, prefix.data(), prefix.size());
+  auto lease = impl_->borrow();
+  const auto budget = impl_->opTimeout;
+  const auto deadline = Clock::now() + budget;
+  impl_->sendAll(lease.fd, req, deadline, budget);
+  impl_->readStatus(lease, deadline, budget);
+  uint8_t removed[8];
+  impl_->recvAll(lease.fd, removed, 8, deadline, budget);
+  lease.ok = true;
+  return static_cast<int64_t>(wire::getU64(removed));
+}
+
+std::string TcpStore::describe() const { return "the rendezvous store at " + impl_->where(); }
+
+int64_t TcpStore::connectionsOpened() const { return impl_->opened.load(); }
 
 }  // namespace ringfold::rendezvous

@@ -17,6 +17,10 @@
 //                 CANCEL (5)  only while a GET waits: the server answers that GET with status
 //                             CANCELLED (or with its value, if it raced with a set); ignored
 //                             otherwise.
+//                 DELETE_PREFIX (6) prefix        -> u8 status, u64 keys removed
+//                             removes every key that begins with the prefix (bounded like a
+//                             key: 4 KiB; "" removes every key); GETs parked on a removed key
+//                             stay parked until it is set again (or they are cancelled).
 //               status: 0 OK, 1 ERROR (followed by a message field), 2 CANCELLED.
 //               Every length is checked against its bound (keys: 4 KiB; values and the keys of
 //               one CHECK together: RINGFOLD_STORE_MAX_VALUE_BYTES) before anything is
@@ -55,6 +59,12 @@ class TcpStoreServer {
   // Number of connections refused so far: wrong secret, handshake not completed in time,
   // oversized or malformed input.
   int64_t refusedCount() const;
+  // Number of connections that completed the handshake so far (every client, this process's
+  // own included).
+  int64_t authenticatedCount() const;
+  // The keys held now, and their bytes (keys and values together): what deletePrefix gives back.
+  int64_t keyCount() const;
+  int64_t keyBytes() const;
 
  private:
   struct Impl;
@@ -79,6 +89,10 @@ class TcpStore : public Store {
   std::vector<uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
+  int64_t deletePrefix(const std::string& prefix) override;
+  std::string describe() const override;  // "the rendezvous store at host:port"
+  // Connections this client has opened and authenticated so far.
+  int64_t connectionsOpened() const;
 
  private:
   struct Impl;

@@ -21,7 +21,7 @@ constexpr uint32_t kMaxCheckKeys = 65536;
 constexpr std::string_view kClientLabel = "ringfold-store-v1";
 constexpr std::string_view kServerLabel = "ringfold-store-srv";
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kCancel = 5 };
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kCancel = 5, kDeletePrefix = 6 };
 enum Status : uint8_t { kOk = 0, kError = 1, kCancelled = 2 };
 
 // RINGFOLD_STORE_MAX_VALUE_BYTES, clamped so that it fits a u32 length prefix.

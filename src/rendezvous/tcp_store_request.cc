@@ -51,6 +51,9 @@ class RequestParser {
       }
       case wire::kCancel:
         break;
+      case wire::kDeletePrefix:
+        if ((r = field(req.key, wire::kMaxKeyBytes, "prefix", why)) != Parse::kDone) return r;
+        break;
       default:
         why = "unknown request op " + std::to_string(req.op);
         return Parse::kBad;

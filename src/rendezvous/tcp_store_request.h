@@ -13,7 +13,7 @@ enum class Parse { kIncomplete, kDone, kBad };
 
 struct Request {
   uint8_t op = 0;
-  std::string key;
+  std::string key;  // DELETE_PREFIX: the prefix
   std::vector<uint8_t> value;
   int64_t delta = 0;
   std::vector<std::string> keys;

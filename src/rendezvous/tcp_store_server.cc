@@ -6,7 +6,8 @@
 // Vocabulary: `in` holds bytes read but not yet parsed; `out` holds bytes not yet written.
 // A connection reads only while `out` is empty (back-pressure: a client that does not read
 // its answers stops being read), and parses one request at a time. A GET on a missing key parks
-// the connection under waiters_[key]; set/add of that key answers it. Lengths are checked as
+// the connection under waiters_[key]; set/add of that key answers it (a DELETE_PREFIX leaves it
+// parked). Lengths are checked as
 // soon as their prefix arrives, before the body is buffered, so `in` never grows past one
 // bounded request plus one read chunk.
 #include <arpa/inet.h>
@@ -96,6 +97,9 @@ struct TcpStoreServer::Impl {
   int port = 0;
   std::string address;  // numeric, as bound ("0.0.0.0": every interface)
   std::atomic<int64_t> refused{0};
+  std::atomic<int64_t> authenticated{0};
+  std::atomic<int64_t> keyCount{0};   // data.size(), readable from other threads
+  std::atomic<int64_t> keyBytes{0};   // the bytes of data's keys and values
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -349,10 +353,39 @@ struct TcpStoreServer::Impl {
     }
   }
 
+  // Stores `value` under `key`, keeping keyCount and keyBytes.
+  void put(const std::string& key, std::vector<uint8_t> value) {
+    auto [it, fresh] = data.try_emplace(key);
+    if (fresh) {
+      keyCount.fetch_add(1);
+      keyBytes.fetch_add(static_cast<int64_t>(key.size()));
+    }
+    keyBytes.fetch_add(static_cast<int64_t>(value.size()) - static_cast<int64_t>(it->second.size()));
+    it->second = std::move(value);
+  }
+
+  // Removes every key that begins with `prefix`; parked GETs stay parked (waiters is keyed by
+  // name and untouched). One pass over the map: deletes are rare (a process set's end).
+  int64_t erasePrefix(const std::string& prefix) {
+    int64_t removed = 0, bytes = 0;
+    for (auto it = data.begin(); it != data.end();) {
+      if (it->first.starts_with(prefix)) {
+        bytes += static_cast<int64_t>(it->first.size() + it->second.size());
+        it = data.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    keyCount.fetch_sub(removed);
+    keyBytes.fetch_sub(bytes);
+    return removed;
+  }
+
   void handle(Conn& c, Request& req) {
     switch (req.op) {
       case wire::kSet:
-        data[req.key] = std::move(req.value);
+        put(req.key, std::move(req.value));
         reply(c, wire::kOk);
         wake(req.key);
         break;
@@ -383,7 +416,7 @@ struct TcpStoreServer::Impl {
         }
         value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(req.delta));
         std::string text = std::to_string(value);
-        data[req.key].assign(text.begin(), text.end());
+        put(req.key, std::vector<uint8_t>(text.begin(), text.end()));
         reply(c, wire::kOk);
         wire::putU64(c.out, static_cast<uint64_t>(value));
         wake(req.key);
@@ -398,6 +431,12 @@ struct TcpStoreServer::Impl {
       }
       case wire::kCancel:
         break;  // the GET it cancels was already answered
+      case wire::kDeletePrefix: {
+        const int64_t removed = erasePrefix(req.key);
+        reply(c, wire::kOk);
+        wire::putU64(c.out, static_cast<uint64_t>(removed));
+        break;
+      }
     }
   }
 
@@ -416,6 +455,7 @@ struct TcpStoreServer::Impl {
     c.out.insert(c.out.end(), answer, answer + sizeof answer);
     c.in.erase(c.in.begin(), c.in.begin() + wire::kClientHelloBytes);
     c.state = State::kReady;
+    authenticated.fetch_add(1);
     return true;
   }
 
@@ -595,5 +635,11 @@ int TcpStoreServer::port() const { return impl_->port; }
 const std::string& TcpStoreServer::address() const { return impl_->address; }
 
 int64_t TcpStoreServer::refusedCount() const { return impl_->refused.load(); }
+
+int64_t TcpStoreServer::authenticatedCount() const { return impl_->authenticated.load(); }
+
+int64_t TcpStoreServer::keyCount() const { return impl_->keyCount.load(); }
+
+int64_t TcpStoreServer::keyBytes() const { return impl_->keyBytes.load(); }
 
 }  // namespace ringfold::rendezvous

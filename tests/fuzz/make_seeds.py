@@ -27,6 +27,7 @@ def store_requests():
     write(t, 'add', b'\x03' + field(b'rf/barrier') + struct.pack('<q', 1))
     write(t, 'check', b'\x04' + struct.pack('<I', 2) + field(b'a') + field(b'bb'))
     write(t, 'cancel', b'\x05')
+    write(t, 'delete-prefix', b'\x06' + field(b'rf/split/ps1/'))
     write(t, 'pipeline', b'\x02' + field(b'k') + b'\x03' + field(b'n') + struct.pack('<q', -5) + b'\x05')
 
 
@@ -36,6 +37,7 @@ def store_replies():
     write(t, 'get-value', b'\x01\x00' + field(b'value'))
     write(t, 'add-value', b'\x02\x00' + struct.pack('<q', 42))
     write(t, 'check-yes', b'\x03\x00\x01')
+    write(t, 'delete-prefix-count', b'\x04\x00' + struct.pack('<Q', 3))
     write(t, 'error', b'\x01\x01' + field(b'key too long'))
     write(t, 'cancelled', b'\x01\x02')
 

@@ -3,7 +3,7 @@
 //
 // A fake server in this process completes the real handshake (it knows the secret), reads one
 // whole request, answers with the input's bytes and closes the connection. The first input
-// byte picks the call (SET, GET, ADD or CHECK). Checks: the call returns or throws a
+// byte picks the call (SET, GET, ADD, CHECK or DELETE_PREFIX). Checks: the call returns or throws a
 // ringfold::Error that says why, within 10 s (never hangs, never any other exception), and
 // never allocates what a hostile length prefix claims (the sanitizer's allocation limit).
 #include <sys/socket.h>
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t call = data[0] % 4;
+  const uint8_t call = data[0] % 5;
   std::thread server(serveOnce, std::vector<uint8_t>(data + 1, data + size));
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -104,7 +104,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0: store.set("key", {1, 2, 3}); break;
       case 1: (void)store.get("key", 5s); break;
       case 2: (void)store.add("counter", 7); break;
-      default: (void)store.check({"a", "b"}); break;
+      case 3: (void)store.check({"a", "b"}); break;
+      default: (void)store.deletePrefix("rf/split/ps1/"); break;
     }
   } catch (const ringfold::Error& e) {
     if (e.what()[0] == '\0') fz::fail(kTarget, "a failed call without a reason");

@@ -162,4 +162,68 @@ TEST_P(StoreContract, ConcurrentAddsLoseNothing) {
   EXPECT_EQ(store_->getString("sum", 1s), std::to_string(kThreads * kAdds));
 }
 
+TEST_P(StoreContract, DeletePrefixRemovesExactlyTheKeysUnderIt) {
+  const std::string longKey = "ps1/" + std::string(1000, 'y');  // FileStore: a hashed name
+  const std::string oddKey = std::string("ps1/o d%\x01") + '\0';
+  store_->setString("ps1/a", "1");
+  store_->setString("ps1/b/c", "2");
+  store_->setString(longKey, "3");
+  store_->setString(oddKey, "4");
+  store_->add("ps1/counter", 5);
+  store_->setString("ps10/a", "kept: a sibling whose name only begins the same");
+  store_->setString("ps1", "kept: the prefix without its slash");
+  store_->setString("other", "kept");
+  store_->setString(std::string(999, 'x'), "kept: long, not under it");
+  EXPECT_EQ(store_->deletePrefix("ps1/"), 5);
+  EXPECT_FALSE(store_->check({"ps1/a"}));
+  EXPECT_FALSE(store_->check({"ps1/b/c"}));
+  EXPECT_FALSE(store_->check({longKey}));
+  EXPECT_FALSE(store_->check({oddKey}));
+  EXPECT_FALSE(store_->check({"ps1/counter"}));
+  EXPECT_TRUE(store_->check({"ps10/a", "ps1", "other", std::string(999, 'x')}));
+  EXPECT_THROW(store_->get("ps1/a", 0ms), TimeoutError);
+  EXPECT_EQ(store_->deletePrefix("ps1/"), 0);  // nothing left there
+  // The prefix can be used again, and a deleted counter starts from 0.
+  EXPECT_EQ(store_->add("ps1/counter", 1), 1);
+  store_->setString(longKey, "again");
+  EXPECT_EQ(store_->getString(longKey, 1s), "again");
+  // Another client sees the deletion too.
+  auto other = backend_->client();
+  // Without the slash the prefix takes "ps1" itself and its sibling "ps10/a" too.
+  EXPECT_EQ(other->deletePrefix("ps1"), 4);
+  EXPECT_FALSE(store_->check({"ps1"}));
+  EXPECT_FALSE(store_->check({"ps10/a"}));
+  EXPECT_TRUE(store_->check({"other"}));
+  EXPECT_EQ(store_->deletePrefix(""), 2);  // every key left
+  EXPECT_FALSE(store_->check({"other"}));
+}
+
+TEST_P(StoreContract, AWaiterOnADeletedKeyKeepsWaiting) {
+  auto other = backend_->client();
+  // A key deleted before the get: the get waits (and times out) instead of finding it.
+  store_->setString("w/gone", "old");
+  EXPECT_EQ(other->deletePrefix("w/"), 1);
+  EXPECT_THROW(store_->get("w/gone", 150ms), TimeoutError);
+  // A get blocked while its key (and others under the prefix) is deleted is not woken by the
+  // delete: it returns the value of the next set.
+  store_->setString("w/sibling", "x");
+  std::atomic<bool> returned{false};
+  std::string got;
+  std::thread waiter([&] {
+    try {
+      got = store_->getString("w/late", 10s);
+    } catch (const std::exception& e) {
+      got = std::string("error: ") + e.what();
+    }
+    returned = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(other->deletePrefix("w/"), 1);
+  std::this_thread::sleep_for(150ms);
+  EXPECT_FALSE(returned.load()) << got;
+  other->setString("w/late", "new");
+  waiter.join();
+  EXPECT_EQ(got, "new");
+}
+
 }  // namespace ringfold::rendezvous::testing

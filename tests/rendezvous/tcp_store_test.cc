@@ -278,6 +278,62 @@ TEST(TcpStore, OversizedLengthIsRejectedBeforeAllocating) {
   EXPECT_EQ(fresh->getString("k", 1s), "still serving");
 }
 
+TEST(TcpStore, DeletePrefixGivesBackTheServersKeysAndBytes) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto s = connect(server.port());
+  EXPECT_EQ(server.keyCount(), 0);
+  EXPECT_EQ(server.keyBytes(), 0);
+  s->setString("keep", "12345");
+  const int64_t baseCount = server.keyCount(), baseBytes = server.keyBytes();
+  EXPECT_EQ(baseCount, 1);
+  EXPECT_EQ(baseBytes, 4 + 5);
+  for (int i = 0; i < 20; ++i) {
+    const std::string p = "rf/split/ps" + std::to_string(i) + "/";
+    s->setString(p + "addr/0", "10.0.0.1:" + std::to_string(4000 + i));
+    s->setString(p + "addr/0", "10.0.0.1:1");  // replaced: counted once, at its new size
+    s->add(p + "ready", 1);
+    s->add(p + "ready", 1);
+  }
+  EXPECT_EQ(server.keyCount(), baseCount + 40);
+  EXPECT_GT(server.keyBytes(), baseBytes + 40 * 10);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s->deletePrefix("rf/split/ps" + std::to_string(i) + "/"), 2);
+  EXPECT_EQ(server.keyCount(), baseCount);
+  EXPECT_EQ(server.keyBytes(), baseBytes);
+  EXPECT_EQ(s->getString("keep", 1s), "12345");
+  EXPECT_EQ(server.authenticatedCount(), s->connectionsOpened());
+  EXPECT_EQ(server.refusedCount(), 0);
+}
+
+TEST(TcpStore, DeletePrefixInputIsBounded) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  auto s = connect(server.port());
+  EXPECT_THROW(s->deletePrefix(std::string(wire::kMaxKeyBytes + 1, 'p')), InvalidArgument);  // not sent
+  EXPECT_EQ(s->deletePrefix(std::string(wire::kMaxKeyBytes, 'p')), 0);
+  {
+    RawClient raw(server.port());
+    raw.handshake(kSecret);
+    std::vector<uint8_t> req = {wire::kDeletePrefix};
+    wire::putU32(req, wire::kMaxKeyBytes + 1);  // an oversized prefix whose bytes never come
+    raw.send(req);
+    EXPECT_TRUE(raw.closedWithin(3s));
+  }
+  EXPECT_TRUE(waitForCount(server, 1, 3s));
+  {
+    RawClient raw(server.port());  // a well-formed one over the raw wire: status, u64 count
+    raw.handshake(kSecret);
+    s->setString("a/1", "x");
+    std::vector<uint8_t> req = {wire::kDeletePrefix};
+    wire::putField(req, "a/", 2);
+    raw.send(req);
+    auto answer = raw.recv(9);
+    ASSERT_TRUE(answer);
+    EXPECT_EQ((*answer)[0], wire::kOk);
+    EXPECT_EQ(wire::getU64(answer->data() + 1), 1u);
+  }
+  s->setString("k", "still serving");
+  EXPECT_EQ(s->getString("k", 1s), "still serving");
+}
+
 TEST(TcpStore, RequestWhileGetWaitsIsAProtocolViolation) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   RawClient raw(server.port());
@@ -515,6 +571,19 @@ TEST(TcpStoreRequest, ParsesByteByByteAndRejectsLengthsOnTheirPrefix) {
   EXPECT_EQ(req.delta, -5);
   uint8_t unknown = 0;
   EXPECT_EQ(parseRequest(&unknown, 1, 16, req, used, why), Parse::kBad);
+
+  std::vector<uint8_t> del = {wire::kDeletePrefix};
+  wire::putField(del, "rf/split/ps1/", 13);
+  for (size_t n = 0; n < del.size(); ++n) {
+    ASSERT_EQ(parseRequest(del.data(), n, 16, req, used, why), Parse::kIncomplete) << n;
+  }
+  ASSERT_EQ(parseRequest(del.data(), del.size(), 16, req, used, why), Parse::kDone);
+  EXPECT_EQ(used, del.size());
+  EXPECT_EQ(req.key, "rf/split/ps1/");
+  del = {wire::kDeletePrefix};
+  wire::putU32(del, wire::kMaxKeyBytes + 1);
+  EXPECT_EQ(parseRequest(del.data(), del.size(), 1u << 30, req, used, why), Parse::kBad);
+  EXPECT_TRUE(contains(why, "prefix")) << why;
 }
 
 TEST(Secret, GeneratesDistinctHex) {
