@@ -87,8 +87,28 @@ std::vector<std::string> exchange(rendezvous::Store& store, const std::string& p
     try {
       words[r] = store.getString(keyOf(r), left);
     } catch (const TimeoutError&) {
-      RF_THROW(TimeoutError, "rank ", r, " did not publish its ", what, " (", keyOf(r), ") within ", timeout.count(),
-               " ms");
+      const std::string missing =
+          detail::concat("rank ", r, " did not publish its ", what, " (", keyOf(r), ") within ", timeout.count(), " ms");
+      // When no other rank published anything, the store is the likelier cause than rank r (the
+      // store's own host, reached by nobody else: tests/faults store-unreach). Say what the store saw.
+      bool othersPublished = r - (rank < r ? 1 : 0) > 0;  // the ranks before r (but this one) did
+      try {
+        for (int q = r + 1; q < size && !othersPublished; ++q) othersPublished = q != rank && store.check({keyOf(q)});
+      } catch (const Error&) {
+        othersPublished = true;  // the store cannot say: keep to what is known
+      }
+      if (!othersPublished && size > 1) {
+        const std::optional<int64_t> others = store.otherClients();
+        if (others && *others == 0) {
+          RF_THROW(TimeoutError, "no other rank reached ", store.describe(), " within ", timeout.count(), " ms: ",
+                   missing);
+        }
+        if (!others) {
+          RF_THROW(TimeoutError, "no other rank published its ", what, " to ", store.describe(), " within ",
+                   timeout.count(), " ms (did they reach the store?): ", missing);
+        }
+      }
+      throw TimeoutError(missing);
     } catch (const IoError& e) {
       // The store went away while this rank waited for rank r: its host (rank 0 when ranks are
       // started by hand) gave up on r a moment earlier and exited. Name r, the cause, not only
