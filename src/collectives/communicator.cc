@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -95,6 +97,26 @@ std::unique_ptr<Communicator> Communicator::connectPerPeer(rendezvous::Store& st
   return comm;
 }
 
+namespace {
+
+// Deletes "rf/inc<k>/" for the incarnations k < `incarnation` not deleted yet (at most 64 back).
+// Best effort: the keys are garbage, so a store error here is logged, not thrown.
+void deleteEarlierIncarnations(rendezvous::Store& store, int incarnation) {
+  const std::string marker = "rf/incarnations/deleted";
+  try {
+    const int64_t done = store.add(marker, 0);
+    const int64_t first = std::max<int64_t>({1, done + 1, incarnation - 64});
+    int64_t removed = 0;
+    for (int64_t k = first; k < incarnation; ++k) removed += store.deletePrefix("rf/inc" + std::to_string(k) + "/");
+    if (first < incarnation) store.add(marker, incarnation - 1 - done);
+    RF_LOG(kDebug) << "deleted " << removed << " store keys of incarnations " << first << ".." << incarnation - 1;
+  } catch (const std::exception& e) {
+    RF_LOG(kWarning) << "could not delete the store keys of earlier incarnations: " << e.what();
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   rendezvous::BootstrapInfo info = rendezvous::bootstrapFromEnvironment();
   setLogRank(info.rank);
@@ -111,6 +133,7 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
                   : connect(*job->store, info.rank, info.size, transport::createDevice(transportName, config), prefix);
   comm->setStore(std::shared_ptr<rendezvous::Store>(job, job->store.get()), prefix);
   comm->keepAlive(std::move(job));
+  if (incarnation > 1 && comm->rank() == 0) deleteEarlierIncarnations(*comm->store_, incarnation);
   // The model's constants (even with one algorithm forced, the model sizes its tree segments
   // and ring chunks).
   if (comm->size() > 1) comm->setModel(coll::calibrate(*comm));
@@ -280,6 +303,8 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
     comm = connect(*store_, newRank, newSize, transport::createDevice(device_->name()), prefix);
   }
   comm->setStore(store_, prefix);
+  comm->jobRanks_.resize(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) comm->jobRanks_[i] = jobRank(ranks[i]);
   comm->setTimeout(timeout_);
   comm->segmentBytes_ = segmentBytes_;
   comm->tuning_ = tuning_;
@@ -290,6 +315,46 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
     comm->setHostIds(ids);
   }
   return comm;
+}
+
+int Communicator::jobRank(int r) const {
+  return r >= 0 && r < static_cast<int>(jobRanks_.size()) ? jobRanks_[r] : r;
+}
+
+std::string Communicator::inJobRanks(const std::string& text) const {
+  if (jobRanks_.empty()) return text;
+  std::string out;
+  out.reserve(text.size() + 16);
+  size_t i = 0;
+  while (i < text.size()) {
+    // "rank N" or "rank (N)", "rank" a whole word ("ranks 0-3", "frank 1" are left alone)
+    const bool word = text.compare(i, 5, "rank ") == 0 &&
+                      (i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'));
+    if (!word) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i + 5;
+    const bool paren = j < text.size() && text[j] == '(';
+    if (paren) ++j;
+    size_t k = j;
+    while (k < text.size() && std::isdigit(static_cast<unsigned char>(text[k])) && k - j < 9) ++k;
+    const bool number = k > j && (k == text.size() || !std::isalnum(static_cast<unsigned char>(text[k])));
+    if (!number || (paren && (k == text.size() || text[k] != ')'))) {
+      out.append(text, i, 5);
+      i += 5;
+      continue;
+    }
+    out.append(text, i, j - i);
+    out += std::to_string(jobRank(std::stoi(text.substr(j, k - j))));
+    i = k;
+  }
+  return out;
+}
+
+int64_t Communicator::deleteStoreKeys() {
+  if (store_ == nullptr || storePrefix_.empty()) return 0;
+  return store_->deletePrefix(storePrefix_ + "/");
 }
 
 std::byte* Communicator::scratch(size_t bytes, int slot) {
@@ -343,10 +408,13 @@ void Communicator::fail(const char* collective, std::exception_ptr error) {
     abort(transport::describeError(upstream, reason, culprit), reason);
     final = upstream;
   } else {
-    std::string mine = text;
+    // This rank's own words, in the job's rank numbers: the group's peers repeat them as they
+    // are (what they receive was renamed once, here).
+    std::string mine = inJobRanks(text);
     if (kind == transport::ErrorKind::kIo && std::string_view(text).rfind(collective, 0) != 0) {
-      mine = detail::concat(collective, " failed on rank ", rank_, ": ", text);
+      mine = detail::concat(collective, " failed on rank ", jobRank(rank_), ": ", mine);
     }
+    peer = peer >= 0 ? jobRank(peer) : peer;
     abort(kind, mine);
     // On a group that aborts atomically (loopback) a concurrent abort may have won instead.
     std::exception_ptr winner = device_->abortReason();

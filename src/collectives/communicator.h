@@ -77,6 +77,9 @@ class Communicator {
   // Errors name the variable that is wrong.
   // `incarnation` > 0 puts every store key under "rf/inc<N>", so that a job that shuts down and
   // starts again (same store, same ranks) never meets the previous incarnation's addresses.
+  // Once incarnation N has met, its rank 0 deletes the keys of the incarnations before it (up
+  // to 64 back; "rf/incarnations/deleted" records how far that has gone): every rank has left
+  // them, as all of them met in N.
   static std::unique_ptr<Communicator> fromEnvironment(int incarnation = 0);
 
   Communicator(int rank, int size, std::unique_ptr<transport::Device> device,
@@ -155,8 +158,23 @@ class Communicator {
   // "<prefix>/split/<name>". Every rank in `ranks` calls it with the same arguments; other
   // ranks do not call it. `name` must be new for this group. Timeout, segment size and tuning
   // are inherited. Throws InvalidArgument if this rank is not in `ranks` or a rank is out of
-  // range or repeated.
+  // range or repeated. The new group's errors name ranks as the job does (jobRank()).
   std::unique_ptr<Communicator> split(const std::vector<int>& ranks, const std::string& name);
+
+  // The job's number for rank `r` of this group (split()'s groups of groups included): the
+  // numbering every error this communicator throws uses, so that a failure seen inside a
+  // sub-group (a hierarchical allreduce's, a process set's) names the rank the user knows.
+  int jobRank(int r) const;
+  // `text` (a transport's words, in this group's numbers) with each "rank N" / "rank (N)" of
+  // this group renamed to the job's number; unchanged for a group that is the job.
+  std::string inJobRanks(const std::string& text) const;
+
+  // Deletes the store keys this group met under ("<prefix>/", split()'s groups of it included)
+  // and returns how many there were; 0 when it has no store. Call it on one member only, once
+  // no member reads them any more (every member has finished connecting, as when the group
+  // has run a collective or agreed on anything after split() returned). The prefix must not be
+  // used again.
+  int64_t deleteStoreKeys();
 
   // Keeps `resource` alive as long as the communicator (e.g. the store and its server).
   void keepAlive(std::shared_ptr<void> resource) { keepAlive_.push_back(std::move(resource)); }
@@ -210,6 +228,7 @@ class Communicator {
   std::string storePrefix_;
   int rank_;
   int size_;
+  std::vector<int> jobRanks_;  // jobRank() of each rank; empty: the same numbers
   std::unique_ptr<transport::Device> device_;
   std::optional<transport::DeviceConfig> perPeer_;  // set when the backends were chosen per peer
   std::vector<std::unique_ptr<transport::Connection>> peers_;

@@ -394,6 +394,16 @@ void Engine::applyControl(const Response& r, ProcessSet& global) {
         completeError(id, e, StatusCode::kPreconditionError,
                       detail::concat("process set ", id, " was removed before '", e.request.name, "' ran"));
       }
+      // The set's rank 0 deletes its store keys (split()'s "<prefix>/split/ps<id>/"): every rank
+      // asked for this removal after its createSet() had finished connecting, and ids are never
+      // reused, so nobody reads or writes them again. Best effort: they are garbage either way.
+      if (set->included() && set->rank() == 0) {
+        try {
+          set->comm().deleteStoreKeys();
+        } catch (const std::exception& ex) {
+          RF_LOG(kWarning) << "process set " << id << ": could not delete its store keys: " << ex.what();
+        }
+      }
       std::lock_guard<std::mutex> lock(mu_);
       sets_[id].reset();
     }

@@ -383,4 +383,32 @@ TEST(IdleRank, LearnsOfPeerFailure) {
   }
 }
 
+// A group made by split() names ranks by their job numbers in its errors: ranks 2 and 3 form a
+// group (its ranks 0 and 1), rank 2 never calls, and rank 3's timeout names rank 2, not 0.
+TEST(SplitGroup, ErrorsNameTheJobsRanks) {
+  GroupOptions g;
+  g.timeout = 300ms;
+  std::string text, renamed;
+  auto errors = runRanks(4, [&](Communicator& comm) {
+    if (comm.rank() < 2) return;
+    auto group = comm.split({2, 3}, "g");
+    EXPECT_EQ(group->jobRank(group->rank()), comm.rank());
+    if (comm.rank() == 2) {
+      std::this_thread::sleep_for(2s);  // keeps its end open, never calls
+      return;
+    }
+    renamed = group->inJobRanks("rank 0 and rank (1); ranks 0; frank 1; rank 10; rank 1's; rank x");
+    try {
+      allreduceWith(*group, 5000, DataType::kFloat32, ReduceOp::kSum, AllreduceAlgorithm::kRing);
+    } catch (const std::exception& e) {
+      text = e.what();
+    }
+  }, g);
+  EXPECT_EQ(renamed, "rank 2 and rank (3); ranks 0; frank 1; rank 10; rank 3's; rank x");
+  EXPECT_NE(text.find("failed on rank 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 2"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("rank 1"), std::string::npos) << text;
+}
+
 }  // namespace
