@@ -63,6 +63,13 @@ void ErrorLines::feed(std::string_view line, int64_t nowNs) {
 
 Blame blameOf(std::string_view line, int self, int size) {
   Blame b;
+  // A rank that says the fault is its own link or the store it cannot be reached at names its
+  // peers only as the ones it waited for.
+  for (std::string_view own : {std::string_view("this rank's own network link is likely down"),
+                               std::string_view("no other rank reached the rendezvous store"),
+                               std::string_view("no other rank published its")}) {
+    if (line.find(own) != std::string_view::npos) return b;
+  }
   for (int r : namedRanks(line)) {
     if (r != self && r >= 0 && r < size) {
       b.peer = true;

@@ -11,7 +11,8 @@
 //     last Python traceback ("ValueError: boom"), else its last line.
 //   * blameOf() reads an error line: it blames a peer when it names another rank of the job
 //     (the last one it names is the peer blamed) or says ringfold was shut down or aborted by
-//     "at least one rank" (peer unknown).
+//     "at least one rank" (peer unknown), unless it says the fault is its own network link or
+//     a rendezvous store no other rank reached (it then names peers only as those it waited for).
 //   * chooseCause(), over every rank that failed or was stopped, picks
 //       1. the first rank, in exit order, that failed on its own (exited non-zero or by a signal
 //          before the launcher stopped it) without blaming a peer;

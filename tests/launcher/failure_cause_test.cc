@@ -41,6 +41,13 @@ TEST(FailureCause, ErrorsThatNameAnotherRankOrAtLeastOneRankBlameAPeer) {
   EXPECT_EQ(shutdown.rank, -1);
   EXPECT_FALSE(blameOf("rank 7 is not in this job of 3", 0, 3).peer);  // out of range
   EXPECT_FALSE(blameOf("my_rank 2 and franks 1", 0, 3).peer);          // not the word "rank"
+  // Its own link, or a store nobody reached: not the peer it waited for.
+  EXPECT_FALSE(blameOf("allreduce failed on rank 2: rank 1 sent nothing for 5.0 s; no rank's host has acknowledged "
+                       "anything this rank (2) sent for 5.0 s (4 retransmissions): this rank's own network link "
+                       "is likely down", 2, 4).peer);
+  EXPECT_FALSE(blameOf("ringfold_init: no other rank reached the rendezvous store at 10.0.0.1:29500 (hosted by this "
+                       "rank) within 8000 ms: rank 1 did not publish its host identity (rf/host/1) within 8000 ms",
+                       0, 4).peer);
 }
 
 constexpr int64_t kSecond = 1'000'000'000;
