@@ -16,8 +16,8 @@ build=${BUILD_DIR:-$root/build}
 # using the cached venv with torch (bindings/python/requirements-test.txt).
 BUILD_DIR="$build" "$root/scripts/python_package.sh" >/dev/null
 (cd "$build" && ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}" "$@")
-# Sanitizers (docs/reliability.md, "Sanitizers"): every unit test (less the exclusions listed in
-# scripts/sanitize.sh, each with its reason) and one replay of every fuzz corpus under
+# Sanitizers (docs/reliability.md, "Sanitizers"): every unit and multiprocess test (less the
+# exclusions listed in scripts/sanitize.sh, each with its reason) and one replay of every fuzz corpus under
 # AddressSanitizer + UBSan in build-asan, which the fuzzing below reuses; then the engine,
 # transport, collective and TCP-store suites under ThreadSanitizer in build-tsan. Any sanitizer
 # report fails this script.
