@@ -4,6 +4,7 @@ open descriptors sampled, and a verdict on whether they stay flat.
 
     python3 bench/soak/soak.py [--minutes 30] [--np 4] [--interval 5] [--seed S]
                                [--cpu 1.0] [--out bench/results] [--build build]
+                               [--max-bytes N] [--fixed-names] [--no-sets] [--glibc-dynamic-mmap]
 
 Contract
   * The driver (this script without --worker) starts `ringfoldrun -np NP <venv python> soak.py
@@ -18,6 +19,8 @@ Contract
     against what the rank computes locally; the first mismatch stops the job (exit 1).
   * Ranks pace themselves: each keeps its process's CPU time (all its threads) under --cpu/NP of
     a core over the run, so the whole job uses about --cpu cores at most.
+  * The ranks run with glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_=131072, unless the
+    environment sets it or --glibc-dynamic-mmap is given): see GLIBC_MMAP_THRESHOLD below.
   * A sampler in the driver reads, every --interval seconds, /proc of each rank and of the
     launcher (which hosts the store): RSS, open descriptors, threads, CPU seconds. Rows go to
     <out>/soak.csv (elapsed_s,who,pid,rss_kib,fds,threads,cpu_s).
@@ -51,6 +54,14 @@ MAX_BYTES = 4 << 20
 # random draws, so every rank still draws the same sequence: --max-bytes caps the sizes,
 # --fixed-names reuses 50 names instead of fresh ones, --no-sets keeps to the global set.
 LIMITS = {'max_bytes': MAX_BYTES, 'fixed_names': False, 'no_sets': False}
+# glibc's malloc serves a block of 128 KiB or more with its own mmap, but after such a block is
+# freed it raises that threshold to the block's size (up to 32 MiB): from then on the soak's own
+# multi-MiB numpy temporaries come from the heap, whose free holes RSS keeps. With the default, a
+# rank's RSS climbed 7.6 MiB/min while its heap in use stayed flat (bench/results/soak.md). The
+# ranks run with the threshold fixed at glibc's initial value (an environment tunable, inherited
+# through ringfoldrun), so the RSS measures what is held, not where the allocator put it;
+# --glibc-dynamic-mmap keeps glibc's default.
+GLIBC_MMAP_THRESHOLD = 128 << 10
 DTYPES = ['uint8', 'int32', 'int64', 'float32', 'float64']
 
 
@@ -492,11 +503,15 @@ def driver(args):
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     env = dict(os.environ, PYTHONPATH=site, PYTHONDONTWRITEBYTECODE='1',
                RINGFOLD_STALL_CHECK_TIME='30', RINGFOLD_STALL_SHUTDOWN_TIME='120')
+    if not args.glibc_dynamic_mmap:
+        env.setdefault('MALLOC_MMAP_THRESHOLD_', str(GLIBC_MMAP_THRESHOLD))
     cmd = [os.path.join(site, 'bin', 'ringfoldrun'), '-np', str(args.np), python, os.path.abspath(__file__),
            '--worker', '--run-dir', run_dir, '--minutes', str(args.minutes), '--seed', str(seed),
            '--cpu', str(args.cpu), '--max-bytes', str(args.max_bytes)] + \
         (['--fixed-names'] if args.fixed_names else []) + (['--no-sets'] if args.no_sets else [])
     command = 'python3 bench/soak/soak.py ' + ' '.join(a for a in sys.argv[1:])
+    if 'MALLOC_MMAP_THRESHOLD_' in env:
+        command = 'MALLOC_MMAP_THRESHOLD_=%s %s' % (env['MALLOC_MMAP_THRESHOLD_'], command)
     print('soak: %s (seed %d)' % (command, seed), flush=True)
     log_path = os.path.join(out_dir, 'soak.log')
     t0 = time.time()
@@ -614,6 +629,8 @@ def main():
     p.add_argument('--max-bytes', type=int, default=MAX_BYTES, help='largest tensor (narrowing)')
     p.add_argument('--fixed-names', action='store_true', help='reuse 50 names (narrowing)')
     p.add_argument('--no-sets', action='store_true', help='global process set only (narrowing)')
+    p.add_argument('--glibc-dynamic-mmap', action='store_true',
+                   help="keep glibc's dynamic mmap threshold in the ranks (see GLIBC_MMAP_THRESHOLD)")
     p.add_argument('--report', action='store_true',
                    help='only write soak.md and soak.svg again from <out>/soak.csv and soak.log')
     p.add_argument('--command', help='with --report: the command line to cite')
