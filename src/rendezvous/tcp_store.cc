@@ -327,6 +327,18 @@ struct TcpStore::Impl {
     return status;
   }
 
+  // One request on a pooled connection within opTimeout: sends `req`, reads the status, then
+  // `replyBytes` bytes of answer into `reply` (set, add, check, deletePrefix).
+  void request(const std::vector<uint8_t>& req, void* reply, size_t replyBytes) {
+    auto lease = borrow();
+    const auto budget = opTimeout;
+    const auto deadline = Clock::now() + budget;
+    sendAll(lease.fd, req, deadline, budget);
+    readStatus(lease, deadline, budget);
+    if (replyBytes > 0) recvAll(lease.fd, reply, replyBytes, deadline, budget);
+    lease.ok = true;
+  }
+
   std::vector<uint8_t> readField(int fd, uint32_t limit, Clock::time_point deadline,
                                  milliseconds budget) const {
     uint8_t lenBytes[4];
@@ -369,12 +381,7 @@ void TcpStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   req.push_back(wire::kSet);
   wire::putField(req, key.data(), key.size());
   wire::putField(req, value.data(), value.size());
-  auto lease = impl_->borrow();
-  const auto budget = impl_->opTimeout;
-  const auto deadline = Clock::now() + budget;
-  impl_->sendAll(lease.fd, req, deadline, budget);
-  impl_->readStatus(lease, deadline, budget);
-  lease.ok = true;
+  impl_->request(req, nullptr, 0);
 }
 
 std::vector<uint8_t> TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -416,14 +423,8 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   req.push_back(wire::kAdd);
   wire::putField(req, key.data(), key.size());
   wire::putU64(req, static_cast<uint64_t>(delta));
-  auto lease = impl_->borrow();
-  const auto budget = impl_->opTimeout;
-  const auto deadline = Clock::now() + budget;
-  impl_->sendAll(lease.fd, req, deadline, budget);
-  impl_->readStatus(lease, deadline, budget);
   uint8_t value[8];
-  impl_->recvAll(lease.fd, value, 8, deadline, budget);
-  lease.ok = true;
+  impl_->request(req, value, sizeof value);
   return static_cast<int64_t>(wire::getU64(value));
 }
 
@@ -437,14 +438,8 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
     impl_->checkKey(k);
     wire::putField(req, k.data(), k.size());
   }
-  auto lease = impl_->borrow();
-  const auto budget = impl_->opTimeout;
-  const auto deadline = Clock::now() + budget;
-  impl_->sendAll(lease.fd, req, deadline, budget);
-  impl_->readStatus(lease, deadline, budget);
   uint8_t all = 0;
-  impl_->recvAll(lease.fd, &all, 1, deadline, budget);
-  lease.ok = true;
+  impl_->request(req, &all, 1);
   return all != 0;
 }
 
@@ -453,14 +448,8 @@ int64_t TcpStore::deletePrefix(const std::string& prefix) {
   std::vector<uint8_t> req;
   req.push_back(wire::kDeletePrefix);
   wire::putField(req, prefix.data(), prefix.size());
-  auto lease = impl_->borrow();
-  const auto budget = impl_->opTimeout;
-  const auto deadline = Clock::now() + budget;
-  impl_->sendAll(lease.fd, req, deadline, budget);
-  impl_->readStatus(lease, deadline, budget);
   uint8_t removed[8];
-  impl_->recvAll(lease.fd, removed, 8, deadline, budget);
-  lease.ok = true;
+  impl_->request(req, removed, sizeof removed);
   return static_cast<int64_t>(wire::getU64(removed));
 }
 

@@ -401,6 +401,18 @@ bool setLoopbackUp(bool up) {
   return ok;
 }
 
+// The parent's side of a scenario forked into a namespace of its own: everything the child wrote
+// into the pipe `fds` (its report), once it has exited.
+std::string reportOf(pid_t child, int fds[2]) {
+  close(fds[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  return got;
+}
+
 // Ranks in a network namespace of their own pass data around a ring over TCP on its loopback
 // interface, which is then set down: every process lives, no packet passes. Each rank's error
 // must say that the host it waits on stopped acknowledging (a network failure), not that a
@@ -447,13 +459,7 @@ std::string linkDownScenario(int n, int waitSeconds = 3) {
     say(out);
     _exit(0);
   }
-  close(fds[1]);
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  waitpid(island, nullptr, 0);
-  return got;
+  return reportOf(island, fds);
 }
 
 // Checks each rank's line for `must` (and "exited" nowhere); returns how many lines there were.
@@ -561,13 +567,7 @@ std::string kernelViewScenario(bool cut, int seconds) {
     say("tracked=" + std::to_string(t.tracked) + " unacknowledged=" + std::to_string(ever) +
         " unsent=" + std::to_string(t.unsent) + " retransmits=" + std::to_string(t.retransmits));
   }
-  close(fds[1]);
-  std::string got;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  waitpid(island, nullptr, 0);
-  return got;
+  return reportOf(island, fds);
 }
 
 // A rank cut off while it only waits to receive has nothing in flight: only its WAITING notices,

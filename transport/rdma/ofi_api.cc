@@ -30,7 +30,7 @@ bool resolve(void* handle, const char* symbol, const char* version, Fn& slot, st
   return true;
 }
 
-#define RF_OFI_VERSION_OF(name) RF_OFI_VER_##name
+// The versions cmake/dependencies.cmake found; null: the library's default.
 #ifndef RF_OFI_VER_getinfo
 #define RF_OFI_VER_getinfo nullptr
 #endif
@@ -59,12 +59,12 @@ void load(Loaded& out) {
     return;
   }
   Api& a = out.api;
-  out.ok = resolve(handle, "fi_getinfo", RF_OFI_VERSION_OF(getinfo), a.getinfo, out.why) &&
-           resolve(handle, "fi_dupinfo", RF_OFI_VERSION_OF(dupinfo), a.dupinfo, out.why) &&
-           resolve(handle, "fi_freeinfo", RF_OFI_VERSION_OF(freeinfo), a.freeinfo, out.why) &&
-           resolve(handle, "fi_fabric", RF_OFI_VERSION_OF(fabric), a.fabric, out.why) &&
-           resolve(handle, "fi_strerror", RF_OFI_VERSION_OF(strerror), a.strerror, out.why) &&
-           resolve(handle, "fi_tostr", RF_OFI_VERSION_OF(tostr), a.tostr, out.why);
+  out.ok = resolve(handle, "fi_getinfo", RF_OFI_VER_getinfo, a.getinfo, out.why) &&
+           resolve(handle, "fi_dupinfo", RF_OFI_VER_dupinfo, a.dupinfo, out.why) &&
+           resolve(handle, "fi_freeinfo", RF_OFI_VER_freeinfo, a.freeinfo, out.why) &&
+           resolve(handle, "fi_fabric", RF_OFI_VER_fabric, a.fabric, out.why) &&
+           resolve(handle, "fi_strerror", RF_OFI_VER_strerror, a.strerror, out.why) &&
+           resolve(handle, "fi_tostr", RF_OFI_VER_tostr, a.tostr, out.why);
   if (!out.ok) a = Api{};  // a half-filled table is never handed out; the library stays mapped
 }
 
