@@ -87,6 +87,10 @@ class Device {
   // backend devices of one communicator, so notices reach every peer whatever its backend and
   // blame follows them across backends. Before connectAll. Backends without notices ignore it.
   virtual void shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { (void)monitor; }
+  // The monitor this device's waits announce on and blame with (shared by a composite device's
+  // children); null for backends without notices. Communicator::followAborts gives a group's
+  // monitor its enclosing group's as the outer one (liveness/monitor.h).
+  virtual std::shared_ptr<liveness::Monitor> liveness() const { return nullptr; }
 };
 
 // What a backend may need from its creator (all optional).

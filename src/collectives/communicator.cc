@@ -15,6 +15,7 @@
 #include "reduce/cpu_reducer.h"
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/job_store.h"
+#include "transport/liveness/monitor.h"
 #include "transport/memory_region.h"
 #include "transport/per_peer/device.h"
 
@@ -213,6 +214,19 @@ void Communicator::followAborts(Communicator& parent) {
   RF_ENFORCE(&parent != this && parent.upstream_ != this, "followAborts: a communicator cannot follow itself");
   upstream_ = &parent;
   installWaitHook();
+  // This group's WAITING notices reach `parent`'s peers too, and blame here follows what a rank
+  // said there (a rank waiting in the other group of a hierarchical allreduce is alive).
+  auto mine = device_->liveness();
+  auto outer = parent.device_->liveness();
+  if (mine == nullptr || outer == nullptr || mine == outer) return;
+  std::vector<int> there(size_);
+  for (int r = 0; r < size_; ++r) {
+    int p = 0;
+    while (p < parent.size_ && parent.jobRank(p) != jobRank(r)) ++p;
+    if (p == parent.size_) return;  // not a group of `parent`'s ranks: nothing to relay to
+    there[r] = p;
+  }
+  mine->setOuter(std::move(outer), std::move(there), parent.jobRanks_);
 }
 
 void Communicator::watchAbortRequests() { installWaitHook(); }
@@ -327,9 +341,11 @@ std::string Communicator::inJobRanks(const std::string& text) const {
   out.reserve(text.size() + 16);
   size_t i = 0;
   while (i < text.size()) {
-    // "rank N" or "rank (N)", "rank" a whole word ("ranks 0-3", "frank 1" are left alone)
+    // "rank N" or "rank (N)", "rank" a whole word ("ranks 0-3", "frank 1" are left alone), and
+    // not "job rank N", which is in the job's numbers already (liveness::Monitor's outer blame)
     const bool word = text.compare(i, 5, "rank ") == 0 &&
-                      (i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'));
+                      (i == 0 || !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_')) &&
+                      !(i >= 4 && text.compare(i - 4, 4, "job ") == 0);
     if (!word) {
       out += text[i++];
       continue;

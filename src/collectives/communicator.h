@@ -124,7 +124,10 @@ class Communicator {
   // drive `parent`'s device (about every millisecond), and once `parent` is aborted they fail
   // with `parent`'s reason, which this group's peers are told word for word. So an abort on
   // the job's communicator reaches a rank waiting in a phase of a hierarchical allreduce at
-  // once, not at that phase's timeout. `parent` must outlive this communicator.
+  // once, not at that phase's timeout. The group's WAITING notices are relayed to `parent`'s
+  // peers, and its blame follows what a rank said there (liveness::Monitor::setOuter), so a rank
+  // waiting in another group of the allreduce is not blamed for the rank it waits on.
+  // `parent` must outlive this communicator.
   void followAborts(Communicator& parent);
 
   // Aborts from another thread (ncclCommAbort). After watchAbortRequests() (called once, before
@@ -166,7 +169,8 @@ class Communicator {
   // sub-group (a hierarchical allreduce's, a process set's) names the rank the user knows.
   int jobRank(int r) const;
   // `text` (a transport's words, in this group's numbers) with each "rank N" / "rank (N)" of
-  // this group renamed to the job's number; unchanged for a group that is the job.
+  // this group renamed to the job's number ("job rank N" is left alone); unchanged for a group
+  // that is the job.
   std::string inJobRanks(const std::string& text) const;
 
   // Deletes the store keys this group met under ("<prefix>/", split()'s groups of it included)

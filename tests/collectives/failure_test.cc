@@ -397,14 +397,14 @@ TEST(SplitGroup, ErrorsNameTheJobsRanks) {
       std::this_thread::sleep_for(2s);  // keeps its end open, never calls
       return;
     }
-    renamed = group->inJobRanks("rank 0 and rank (1); ranks 0; frank 1; rank 10; rank 1's; rank x");
+    renamed = group->inJobRanks("rank 0 and rank (1); ranks 0; frank 1; rank 10; rank 1's; rank x; job rank 1");
     try {
       allreduceWith(*group, 5000, DataType::kFloat32, ReduceOp::kSum, AllreduceAlgorithm::kRing);
     } catch (const std::exception& e) {
       text = e.what();
     }
   }, g);
-  EXPECT_EQ(renamed, "rank 2 and rank (3); ranks 0; frank 1; rank 10; rank 3's; rank x");
+  EXPECT_EQ(renamed, "rank 2 and rank (3); ranks 0; frank 1; rank 10; rank 3's; rank x; job rank 1");
   EXPECT_NE(text.find("failed on rank 3"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 2"), std::string::npos) << text;
   EXPECT_EQ(text.find("rank 0"), std::string::npos) << text;

@@ -819,17 +819,6 @@ def evaluate(cell):
     if not ok and cell.fault in KNOWN and not hung and not wrong and not late and bad_culprit \
             and set(bad_culprit) <= KNOWN[cell.fault][0]:
         r['known'] = KNOWN[cell.fault][1]
-    # With two ranks a host the allreduce is hierarchical: a death seen first inside one of its
-    # sub-groups (hostSplit: this host's ranks, or one rank of each host) is reported in that
-    # group's rank numbers, and every rank repeats it ("the process of rank 0 (pid P) exited"
-    # with P the victim's pid, rank 0 of its host's group). docs/reliability.md, (open).
-    named = [re.findall(r'the process of rank (\d+)', per[k].get('message', '')) for k in bad_culprit
-             if isinstance(k, int)]
-    if not ok and cell.c['placement'] == 'netns2' and cell.fault.startswith('kill-') and not hung and not wrong \
-            and not late and bad_culprit and len(named) == len(bad_culprit) and all(named) \
-            and all('allreduce failed' in per[k].get('message', '') for k in bad_culprit):
-        r['known'] = ('a hierarchical allreduce names the victim by its rank in a sub-group (the host\'s '
-                      'ranks or the hosts\' leaders), not in the job')
     if cell.t_fault:
         r['clean_seconds'] = round(cell.t_clean - cell.t_fault, 2)  # fault to nothing left running
     r['launcher'] = cell.launcher_lines[:3]

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -314,6 +315,79 @@ TEST_F(TransportLiveness, AnExitedProcessIsNamed) {
   monitor.blame(1, what);
   EXPECT_NE(what.find("; the process of rank 1 (pid " + std::to_string(child) + ") has exited"), std::string::npos)
       << what;
+}
+
+// A group inside another (a hierarchical allreduce's host group inside the job's communicator):
+// this rank is job rank 1, group rank 1 of the host group {job 0, job 1}. Its waits are
+// announced to the job's peers too, in the job's numbers; and a group peer that said nothing in
+// the group but, in the job's communicator, that it waits for a rank outside the group is
+// followed there: the frozen rank is named as "job rank N", and the culprit is outside (-1).
+struct NestedLiveness : ::testing::Test {
+  FakeLinks groupLinks, jobLinks;
+  Monitor group;
+  std::shared_ptr<Monitor> job = std::make_shared<Monitor>();
+  void SetUp() override {
+    group.attach(groupLinks, 1, 2, {true, false});
+    job->attach(jobLinks, 1, 4, {true, false, true, true});
+    group.setOuter(job, {0, 1}, {});
+  }
+};
+
+TEST_F(NestedLiveness, AWaitIsAnnouncedAndWithdrawnInTheEnclosingGroupToo) {
+  group.announce(0, 1500ms);
+  ASSERT_EQ(groupLinks.notices.size(), 1u);
+  EXPECT_EQ(groupLinks.notices[0].second.waitedOn, 0);
+  ASSERT_EQ(jobLinks.notices.size(), 3u);  // job ranks 0, 2, 3
+  EXPECT_EQ(jobLinks.notices[0].first, 0);
+  EXPECT_EQ(jobLinks.notices[2].first, 3);
+  EXPECT_EQ(jobLinks.notices[2].second.waitedOn, 0);
+  EXPECT_EQ(jobLinks.notices[2].second.waited, 1500ms);
+  group.withdraw();
+  ASSERT_EQ(jobLinks.notices.size(), 6u);
+  EXPECT_EQ(jobLinks.notices[5].second.waitedOn, -1);
+  EXPECT_EQ(jobLinks.notices[5].second.seq, 2u);
+}
+
+TEST_F(NestedLiveness, BlameFollowsWhatAPeerSaidInTheEnclosingGroup) {
+  std::string what;
+  EXPECT_EQ(group.blame(0, what), 0);  // nothing said anywhere: the peer itself
+  EXPECT_EQ(what.rfind("rank 0 sent nothing for", 0), 0u) << what;
+  job->onNotice(0, says(1, 2, 2500ms, 2600ms));  // job rank 0 waits for job rank 2 (cross-host)
+  jobLinks.pids[2] = getpid();                   // a running process, not named
+  what.clear();
+  EXPECT_EQ(group.blame(0, what), -1);
+  EXPECT_EQ(what,
+            "job rank 0 is alive but said it had waited 2.5 s for job rank 2; job rank 2 sent nothing for 2.6 s (the "
+            "time since job rank 0 last received anything from job rank 2)");
+  // What the group's peer says in the group comes first.
+  group.onNotice(0, says(1, 1, 2500ms));
+  what.clear();
+  EXPECT_EQ(group.blame(0, what), 0);
+  EXPECT_NE(what.find("this rank (1), which waits for it"), std::string::npos) << what;
+}
+
+TEST(NestedLivenessNumbers, ARankFoundOutsideIsNamedByItsJobNumberAndOneInsideByItsGroupNumber) {
+  // The enclosing group is a process set of job ranks {4, 5, 6, 7}; this group is its ranks
+  // {1, 3, 0} (job 5, 7, 4), and this rank is the group's rank 0 (set rank 1, job 5).
+  FakeLinks groupLinks, setLinks;
+  Monitor group;
+  auto set = std::make_shared<Monitor>();
+  group.attach(groupLinks, 0, 3, {false, true, true});
+  set->attach(setLinks, 1, 4, {true, false, true, true});
+  group.setOuter(set, {1, 3, 0}, {4, 5, 6, 7});
+  set->onNotice(3, says(1, 2, 3000ms, 2000ms));  // set rank 3 (group rank 1) waits for set rank 2
+  std::string what;
+  EXPECT_EQ(group.blame(1, what), -1);
+  EXPECT_EQ(what.rfind("job rank 7 is alive but said it had waited 3.0 s for job rank 6; job rank 6 sent nothing", 0),
+            0u)
+      << what;
+  set->onNotice(3, says(2, 0, 3000ms, 2000ms));  // now for set rank 0: the group's rank 2
+  what.clear();
+  EXPECT_EQ(group.blame(1, what), 2);
+  EXPECT_NE(what.find("job rank 4 sent nothing for 2.0 s"), std::string::npos) << what;
+  EXPECT_THROW(group.setOuter(set, {1, 3}, {}), Error);           // one outer rank per group rank
+  EXPECT_THROW(group.setOuter(set, {1, 3, 9}, {}), Error);        // out of the outer's range
+  EXPECT_THROW(group.setOuter(set, {1, 3, 0}, {4, 5}), Error);    // one job rank per outer rank
 }
 
 }  // namespace

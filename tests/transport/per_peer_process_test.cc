@@ -57,6 +57,14 @@ TEST_F(PerPeerProcesses, KilledRankIsNamedRing) { victimScenario(1, false, Allre
 TEST_F(PerPeerProcesses, KilledRankIsNamedDirect) { victimScenario(2, false, AllreduceAlgorithm::kDirect); }
 TEST_F(PerPeerProcesses, FrozenRankIsNamedRing) { victimScenario(2, true, AllreduceAlgorithm::kRing); }
 TEST_F(PerPeerProcesses, FrozenRankIsNamedDirect) { victimScenario(1, true, AllreduceAlgorithm::kDirect); }
+// Hierarchical: rank 2 freezes; rank 0 waits on it among the hosts while rank 1 waits on rank 0 in
+// their host's group. Rank 0's WAITING notice reaches rank 1 through the job's communicator (the
+// groups relay their notices to the one they run inside), so rank 1 names rank 2, not rank 0
+// (the fault matrix's cell 117).
+TEST_F(PerPeerProcesses, FrozenRankIsNamedHierarchical) { victimScenario(2, true, AllreduceAlgorithm::kHierarchical); }
+TEST_F(PerPeerProcesses, FrozenRankIsNamedHierarchicalRankZero) {
+  victimScenario(0, true, AllreduceAlgorithm::kHierarchical);
+}
 
 // Rank 1 aborts its unix_uring device only (so only rank 0 hears it directly), then freezes.
 // Ranks 2 and 3 share only tcp_uring with rank 1: they get its text because rank 0 spreads it

@@ -108,13 +108,43 @@ void Monitor::sendAll(int waitedOn, std::chrono::milliseconds waited, std::chron
 }
 
 void Monitor::announce(int waitedOn, std::chrono::milliseconds waited) {
-  sendAll(waitedOn, waited,
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - peers_[waitedOn].lastHeard));
+  const auto silent =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - peers_[waitedOn].lastHeard);
+  sendAll(waitedOn, waited, silent);
+  if (outer_.monitor) outer_.monitor->sendAll(outer_.rank[waitedOn], waited, silent);
 }
 
-void Monitor::withdraw() { sendAll(-1, {}, {}); }
+void Monitor::withdraw() {
+  sendAll(-1, {}, {});
+  if (outer_.monitor) outer_.monitor->sendAll(-1, {}, {});
+}
 
-int Monitor::blame(int peer, std::string& what) const {
+void Monitor::setOuter(std::shared_ptr<Monitor> outer, std::vector<int> outerRank, std::vector<int> outerJobRank) {
+  if (outer == nullptr) {
+    outer_ = {};
+    return;
+  }
+  RF_ENFORCE(outer.get() != this, "a liveness monitor cannot be its own outer one");
+  RF_ENFORCE_EQ(outerRank.size(), peers_.size(), "outer ranks for a group of ", peers_.size());
+  for (int r : outerRank) RF_ENFORCE(r >= 0 && r < outer->size(), "outer rank ", r, " of ", outer->size());
+  RF_ENFORCE(outerJobRank.empty() || static_cast<int>(outerJobRank.size()) == outer->size(), "job ranks for ",
+             outer->size(), " outer ranks: ", outerJobRank.size());
+  outer_ = {std::move(outer), std::move(outerRank), std::move(outerJobRank)};
+}
+
+std::string Monitor::Naming::operator()(int r) const {
+  const int n = job != nullptr && r >= 0 && r < static_cast<int>(job->size()) ? (*job)[r] : r;
+  return detail::concat(jobWords ? "job rank " : "rank ", n);
+}
+
+std::string Monitor::Naming::self(int r) const {
+  if (!jobWords) return detail::concat("this rank (", r, ")");
+  return detail::concat("this rank (", (*this)(r), ")");
+}
+
+int Monitor::blame(int peer, std::string& what) const { return blame(peer, what, Naming{}, true); }
+
+int Monitor::blame(int peer, std::string& what, const Naming& name, bool askOuter) const {
   // Follow the WAITING notices from `peer`: a rank that said it waits for another is alive, and
   // the one at the end of the chain is the one that went silent.
   std::vector<bool> seen(peers_.size(), false);
@@ -125,14 +155,14 @@ int Monitor::blame(int peer, std::string& what) const {
     const Received& notice = peers_[at].notice;
     const int next = notice.waitedOn;
     if (next < 0 || next >= static_cast<int>(peers_.size())) break;
-    what += detail::concat("rank ", at, " is alive but said it had waited ", seconds(notice.waited), " s for ");
+    what += detail::concat(name(at), " is alive but said it had waited ", seconds(notice.waited), " s for ");
     if (next == rank_) {
-      what += detail::concat("this rank (", rank_,
-                             "), which waits for it: the ranks are running different collectives, or the same "
+      what += detail::concat(name.self(rank_),
+                             ", which waits for it: the ranks are running different collectives, or the same "
                              "ones in a different order");
       return peer;
     }
-    what += detail::concat("rank ", next, "; ");
+    what += detail::concat(name(next), "; ");
     if (seen[next]) {
       what += "the ranks wait for each other in a cycle: they are running different collectives";
       return peer;
@@ -140,7 +170,15 @@ int Monitor::blame(int peer, std::string& what) const {
     from = at;
     at = next;
   }
-  what += silence(at, from);
+  // Said nothing here, but it may wait in another group of the one this group runs inside: what
+  // it said there goes on the chain (a rank waiting on a frozen rank outside this group is alive).
+  if (askOuter && outer_.monitor && outer_.monitor->peers_[outer_.rank[at]].notice.waitedOn >= 0) {
+    const Naming there{outer_.jobRank.empty() ? nullptr : &outer_.jobRank, true};
+    const int culprit = outer_.monitor->blame(outer_.rank[at], what, there, false);
+    const auto it = std::find(outer_.rank.begin(), outer_.rank.end(), culprit);
+    return it == outer_.rank.end() ? -1 : static_cast<int>(it - outer_.rank.begin());
+  }
+  what += silence(at, from, name);
   return at;
 }
 
@@ -173,13 +211,13 @@ bool Monitor::othersUnacknowledged(int except) const {
   return others(except, linked && peers_[except].via->unacknowledged(except).unsent).any;
 }
 
-std::string Monitor::silence(int at, int via) const {
+std::string Monitor::silence(int at, int via, const Naming& name) const {
   const Clock::time_point now = Clock::now();
   const Peer& peer = peers_[at];
   std::string out;
   if (via < 0) {
     // This rank waited on `at` itself: the last bytes it received from it.
-    out = detail::concat("rank ", at, " sent nothing for ", seconds(now - peer.lastHeard), " s",
+    out = detail::concat(name(at), " sent nothing for ", seconds(now - peer.lastHeard), " s",
                          peer.heardAny ? "" : " (nothing at all since the connection was set up)");
   } else {
     // Reached through `via`'s notice: what `via` said, aged by the time since it arrived. This
@@ -187,8 +225,8 @@ std::string Monitor::silence(int at, int via) const {
     const Received& notice = peers_[via].notice;
     const Clock::duration theirs = notice.silent + (now - notice.receivedAt);
     // The silent rank is named last: ringfoldrun's summary blames the last rank an error names.
-    out = detail::concat("rank ", at, " sent nothing for ", seconds(theirs), " s (the time since rank ", via,
-                         " last received anything from rank ", at, ")");
+    out = detail::concat(name(at), " sent nothing for ", seconds(theirs), " s (the time since ", name(via),
+                         " last received anything from ", name(at), ")");
   }
   const bool linked = connected(at);
   // A stopped or busy process's kernel still acknowledges what it is sent: unacknowledged data
@@ -201,24 +239,24 @@ std::string Monitor::silence(int at, int via) const {
   const bool ownLink = rest.any;
   if (ownLink) {
     const Clock::duration sinceAck = gone.any ? std::min(gone.sinceAck, rest.sinceAck) : rest.sinceAck;
-    out += detail::concat("; no rank's host has acknowledged anything this rank (", rank_, ") sent for ",
+    out += detail::concat("; no rank's host has acknowledged anything ", name.self(rank_), " sent for ",
                           seconds(sinceAck), " s (", std::max(gone.retransmits, rest.retransmits),
                           " retransmissions): this rank's own network link is likely down");
   } else if (gone.any) {
     out += detail::concat("; its host has acknowledged nothing this rank sent for ", seconds(gone.sinceAck), " s (",
-                          gone.retransmits, " retransmissions): the network between this rank and rank ", at,
+                          gone.retransmits, " retransmissions): the network between this rank and ", name(at),
                           " is down, or its host is");
   }
   const int pid = linked ? peer.via->pid(at) : 0;
   switch (processState(pid)) {
     case ProcessState::kStopped:
-      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
+      out += detail::concat("; the process of ", name(at), " (pid ", pid, ") is stopped (SIGSTOP, or a debugger)");
       break;
     case ProcessState::kExited:
-      out += detail::concat("; the process of rank ", at, " (pid ", pid, ") has exited");
+      out += detail::concat("; the process of ", name(at), " (pid ", pid, ") has exited");
       break;
     case ProcessState::kRunning:
-      if (gone.any || ownLink) out += detail::concat("; the process of rank ", at, " (pid ", pid, ") is running");
+      if (gone.any || ownLink) out += detail::concat("; the process of ", name(at), " (pid ", pid, ") is running");
       break;
     case ProcessState::kUnknown:
       break;

@@ -25,6 +25,14 @@
 //             device gives each child the same one, Device::shareLiveness): each attaches the
 //             peers it reaches with its own Links, notices go to every peer whatever its backend,
 //             and blame follows notices across backends.
+//   outer   : a group that runs inside another (a hierarchical allreduce's host and cross-host
+//             groups inside the job's communicator: Communicator::followAborts) has that group's
+//             monitor as its outer one (setOuter). A wait announced here is announced there
+//             too, in its numbers, and withdrawn with it, so the outer group's other sub-groups
+//             hear, through it, whom this rank waits for. Blame whose chain ends here at a rank
+//             that said nothing here follows what that rank said there (one level); the ranks
+//             named from there are "job rank N", in the job's numbers, which
+//             Communicator::inJobRanks leaves as they are.
 //
 // Contract: the backend implements Links (sending notices and aborts in its own encoding, and
 // its kernel's view of a peer), attaches its peers, and calls heard/onMessage/onNotice/onAbort
@@ -115,8 +123,14 @@ class Monitor {
   // The wait announced is over: withdraws the notice (a stale one would misdirect blame).
   void withdraw();
 
-  // A wait on `peer` timed out: appends to `what` who went silent and returns the rank to blame.
+  // A wait on `peer` timed out: appends to `what` who went silent and returns the rank to blame
+  // (-1: a rank outside this group, named in `what`, found through the outer monitor).
   int blame(int peer, std::string& what) const;
+
+  // This group runs inside the group `outer` monitors (driven by the same thread): rank r here
+  // is rank outerRank[r] there, and rank o there is job rank outerJobRank[o] (empty: the same
+  // numbers). See "outer" above. Null `outer` detaches.
+  void setOuter(std::shared_ptr<Monitor> outer, std::vector<int> outerRank, std::vector<int> outerJobRank);
   // Whether this rank's own link is the likely failure, as far as peers other than `except` show:
   // there is one whose link the kernel tracks, and none of those acknowledges what this rank
   // sent. (A waiting rank's notices are data every peer must acknowledge, so a rank cut off while
@@ -145,8 +159,22 @@ class Monitor {
     uint32_t sent = 0;  // notices sent to this peer (their number)
     uint32_t seen = 0;  // the highest number of a notice from this peer
   };
+  // How blame names a rank: "rank N" in this group's numbers, or (for an inner group asking
+  // this one, its outer) "job rank N".
+  struct Naming {
+    const std::vector<int>* job = nullptr;  // null: this group's numbers
+    bool jobWords = false;
+    std::string operator()(int r) const;
+    std::string self(int r) const;  // "this rank (N)", "this rank (job rank N)"
+  };
+  struct Outer {
+    std::shared_ptr<Monitor> monitor;
+    std::vector<int> rank;     // this group's rank -> the outer's
+    std::vector<int> jobRank;  // the outer's rank -> the job's (empty: the same)
+  };
   void sendAll(int waitedOn, std::chrono::milliseconds waited, std::chrono::milliseconds silent);
-  std::string silence(int at, int via) const;
+  int blame(int peer, std::string& what, const Naming& name, bool askOuter) const;
+  std::string silence(int at, int via, const Naming& name) const;
   // Over the tracked peers other than `except`: any (every one unacknowledged, at least one,
   // and no same-host peer unless some data never left this host, `unsentToExcept` counting),
   // the most retries, and the least time since an acknowledgement (from any of them).
@@ -157,6 +185,7 @@ class Monitor {
   int rank_ = -1;
   std::vector<Peer> peers_;
   std::vector<std::pair<const Links*, bool>> aborted_;  // per attached backend
+  Outer outer_;
 };
 
 // A backend device's monitor: its own until the communicator shares one with the device's
@@ -165,6 +194,7 @@ class MonitorSlot {
  public:
   Monitor& operator*() const { return *monitor_; }
   Monitor* operator->() const { return monitor_.get(); }
+  const std::shared_ptr<Monitor>& shared() const { return monitor_; }
   // Throws if the device is already `connected`, or `monitor` is null.
   void share(std::shared_ptr<Monitor> monitor, bool connected);
 

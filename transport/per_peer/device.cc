@@ -223,6 +223,13 @@ bool Device::aborted() const {
   return std::any_of(children_.begin(), children_.end(), [](const auto& c) { return c->aborted(); });
 }
 
+std::shared_ptr<liveness::Monitor> Device::liveness() const {
+  for (const auto& child : children_) {
+    if (auto monitor = child->liveness()) return monitor;
+  }
+  return nullptr;
+}
+
 std::exception_ptr Device::abortReason() const {
   if (spread()) return reason_;
   for (auto& child : children_) {

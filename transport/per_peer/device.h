@@ -79,6 +79,8 @@ class Device final : public transport::Device {
   std::exception_ptr abortReason() const override;
   void progress() override;
   void setWaitHook(std::function<void()> hook) override { outerHook_ = std::move(hook); }
+  // The one monitor every child shares.
+  std::shared_ptr<liveness::Monitor> liveness() const override;
 
   size_t childCount() const { return children_.size(); }
   transport::Device& child(size_t i) { return *children_.at(i); }

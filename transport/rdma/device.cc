@@ -31,6 +31,7 @@ std::exception_ptr Device::abortReason() const { return state_->poisonError(); }
 void Device::progress() { state_->progress(); }
 void Device::setWaitHook(std::function<void()> hook) { state_->setWaitHook(std::move(hook)); }
 void Device::shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { state_->shareMonitor(std::move(monitor)); }
+std::shared_ptr<liveness::Monitor> Device::liveness() const { return state_->sharedMonitor(); }
 Stats Device::stats() const { return state_->stats(); }
 
 std::string Device::describe() const {

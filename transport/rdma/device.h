@@ -74,6 +74,7 @@ class Device final : public transport::Device {
   void progress() override;
   void setWaitHook(std::function<void()> hook) override;
   void shareLiveness(std::shared_ptr<liveness::Monitor> monitor) override;
+  std::shared_ptr<liveness::Monitor> liveness() const override;
 
   Stats stats() const;
   // The fabric in use: null before connectAll, or when it selected no peer.

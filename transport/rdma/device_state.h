@@ -68,6 +68,7 @@ class DeviceState final : private liveness::Links {
   bool writesOrdered() const { return ordered_; }
   RegistrationCache* cache() { return cache_.get(); }
   liveness::Monitor& monitor() { return *monitor_; }
+  const std::shared_ptr<liveness::Monitor>& sharedMonitor() const { return monitor_.shared(); }
   Stats& counters() { return stats_; }
   Stats stats() const;
   void shareMonitor(std::shared_ptr<liveness::Monitor> monitor);

@@ -36,6 +36,7 @@ void Device::progress() {
 }
 void Device::setWaitHook(std::function<void()> hook) { state_->setWaitHook(std::move(hook)); }
 void Device::shareLiveness(std::shared_ptr<liveness::Monitor> monitor) { state_->shareMonitor(std::move(monitor)); }
+std::shared_ptr<liveness::Monitor> Device::liveness() const { return state_->sharedMonitor(); }
 Stats Device::stats() const { return state_->stats(); }
 
 std::unique_ptr<transport::Device> createDevice() { return std::make_unique<Device>(); }

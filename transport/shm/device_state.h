@@ -55,6 +55,7 @@ class DeviceState final : private liveness::Links {
   int rank() const { return rank_; }
   const Tuning& tuning() const { return tuning_; }
   liveness::Monitor& monitor() { return *monitor_; }
+  const std::shared_ptr<liveness::Monitor>& sharedMonitor() const { return monitor_.shared(); }
   Stats& counters() { return stats_; }
   const Stats& stats() const { return stats_; }
   std::string describe() const { return describe_; }

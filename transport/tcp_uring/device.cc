@@ -39,6 +39,7 @@ class TcpDevice final : public Device {
   void progress() override { state_->progress(); }
   void setWaitHook(std::function<void()> hook) override { state_->setWaitHook(std::move(hook)); }
   void shareLiveness(std::shared_ptr<liveness::Monitor> monitor) override { state_->shareMonitor(std::move(monitor)); }
+  std::shared_ptr<liveness::Monitor> liveness() const override { return state_->sharedMonitor(); }
 
  private:
   std::shared_ptr<DeviceState> state_;

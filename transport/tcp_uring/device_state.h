@@ -73,6 +73,7 @@ class DeviceState final : private liveness::Links {
   ObjectPool<OutFrame>& frames() { return frames_; }
   ObjectPool<Inbound>& inbounds() { return inbounds_; }
   liveness::Monitor& monitor() { return *monitor_; }
+  const std::shared_ptr<liveness::Monitor>& sharedMonitor() const { return monitor_.shared(); }
   // Use `monitor` (shared with the other backend devices of a composite) instead of this
   // device's own; before connect().
   void shareMonitor(std::shared_ptr<liveness::Monitor> monitor);
