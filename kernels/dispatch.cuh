@@ -24,6 +24,8 @@ cudaError_t withType(DataType dtype, F&& f) {
     case DataType::kBfloat16: return f(Bfloat16{});
     case DataType::kFloat32: return f(float{});
     case DataType::kFloat64: return f(double{});
+    case DataType::kFloat8e4m3: return f(Float8e4m3{});
+    case DataType::kFloat8e5m2: return f(Float8e5m2{});
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,7 +1,7 @@
 // Reduction and scaling kernels: one grid-stride kernel per (dtype, op), 16-byte vector loads and
 // stores for the aligned body, scalar head and tail (vector_split.h), element rule from
 // reduce_ops.cuh. Scale factors are run-time arguments (uniform branches), so the template
-// matrix stays at 10 dtypes x 4 ops + 10 scale kernels.
+// matrix stays at 12 dtypes x 4 ops + 12 scale kernels.
 #include <cstring>
 
 #include "kernels/cuda_kernels.h"

@@ -3,15 +3,16 @@
 // bit against the CPU reducer, fp16/bf16 rounding, NaN and Inf included).
 //
 // Contract (reducer.h's, per element):
-//   * Elem<T>: the storage type T and its compute type C (float for float16/bfloat16/float32,
-//     double for float64, T itself for integers), with exact load and round-to-nearest-even store.
+//   * Elem<T>: the storage type T and its compute type C (float for float16/bfloat16/float32 and
+//     the 8-bit floats, double for float64, T itself for integers), with exact load and
+//     round-to-nearest-even store (the 8-bit floats saturating to their largest finite value).
 //   * OpSum/OpProd/OpMax/OpMin::apply(C a, C b): float sum/prod in C (no FMA: kernels are built
 //     with --fmad=false), max/min IEEE 754-2019 (NaN wins, -0 < +0); integer sum/prod wrap
 //     (computed unsigned), max/min compare as T.
 //   * reduceElement(a, b, scales): b is first multiplied by scales.pre and rounded to T (the
 //     allreduce's per-rank pre-scale, fused), then a op b, then * scales.post; float results
 //     that are NaN become the canonical quiet NaN whenever the op computes (sum, prod) or a
-//     scale applies. float16/bfloat16 round a op b to T before the post-scale, then round the
+//     scale applies. float16/bfloat16/8-bit floats round a op b to T before the post-scale, then round the
 //     scaled float32 again (Horovod's order: reduce, then scale the buffer). Integer scaling is
 //     in double, truncated toward zero (C's conversion, as Horovod), saturated.
 //   * scaleElement(x, f): x * f by the same rules (callers copy bits when f == 1).
@@ -25,12 +26,15 @@
 #include <cstdint>
 
 #include "kernels/numeric.cuh"
+#include "reduce/fp8.h"
 #include "reduce/half.h"
 
 namespace ringfold::cuda {
 
 struct Float16 { uint16_t bits; };   // storage tags for the two 16-bit float formats
 struct Bfloat16 { uint16_t bits; };
+struct Float8e4m3 { uint8_t bits; };  // and for the two 8-bit ones (reduce/fp8.h)
+struct Float8e5m2 { uint8_t bits; };
 
 template <class T> struct Elem {  // integers and float32/float64: stored as computed
   using C = T;
@@ -46,6 +50,17 @@ template <> struct Elem<Bfloat16> {
   using C = float;
   RF_HOST_DEVICE static C load(Bfloat16 x) { return bf16ToFloat(x.bits); }
   RF_HOST_DEVICE static Bfloat16 store(C x) { return Bfloat16{floatToBf16(x)}; }
+};
+
+template <> struct Elem<Float8e4m3> {
+  using C = float;
+  RF_HOST_DEVICE static C load(Float8e4m3 x) { return fp8e4m3ToFloat(x.bits); }
+  RF_HOST_DEVICE static Float8e4m3 store(C x) { return Float8e4m3{floatToFp8e4m3(x)}; }
+};
+template <> struct Elem<Float8e5m2> {
+  using C = float;
+  RF_HOST_DEVICE static C load(Float8e5m2 x) { return fp8e5m2ToFloat(x.bits); }
+  RF_HOST_DEVICE static Float8e5m2 store(C x) { return Float8e5m2{floatToFp8e5m2(x)}; }
 };
 
 template <class T> struct Unsigned { using type = T; };

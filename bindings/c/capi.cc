@@ -37,7 +37,9 @@ static_assert(RINGFOLD_FLOAT32 == static_cast<int>(DataType::kFloat32));
 static_assert(RINGFOLD_FLOAT64 == static_cast<int>(DataType::kFloat64));
 static_assert(RINGFOLD_BFLOAT16 == static_cast<int>(DataType::kBfloat16));
 static_assert(RINGFOLD_BOOL == static_cast<int>(DataType::kBool));
-static_assert(RINGFOLD_BOOL + 1 == kNumDataTypes);
+static_assert(RINGFOLD_FLOAT8_E4M3 == static_cast<int>(DataType::kFloat8e4m3));
+static_assert(RINGFOLD_FLOAT8_E5M2 == static_cast<int>(DataType::kFloat8e5m2));
+static_assert(RINGFOLD_FLOAT8_E5M2 + 1 == kNumDataTypes);
 static_assert(RINGFOLD_CPU_DEVICE == engine::kCpuDevice);
 
 namespace {

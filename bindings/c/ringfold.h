@@ -143,6 +143,10 @@ extern "C" {
 #define RINGFOLD_FLOAT64 8
 #define RINGFOLD_BFLOAT16 9
 #define RINGFOLD_BOOL 10
+/* OCP 8-bit floats (NCCL's ncclFloat8e4m3 and ncclFloat8e5m2, which NCCL numbers 10 and 11):
+ * reduced in float32 and rounded to nearest even, saturating to the largest finite value. */
+#define RINGFOLD_FLOAT8_E4M3 11
+#define RINGFOLD_FLOAT8_E5M2 12
 
 /* ---- reduce ops: Horovod's codes (what horovod_reduce_op_*() return) -----------------------
  * AVERAGE divides the sum by the number of ranks in the process set. ADASUM is a valid code
@@ -319,7 +323,7 @@ RINGFOLD_API int ringfold_barrier_async(int process_set, int64_t* handle) RINGFO
 typedef struct ringfold_tensor {
   const void* data;      /* NULL only when the tensor has no elements (or for an output the
                             engine allocates: allgather, alltoall, reducescatter) */
-  int dtype;             /* RINGFOLD_INT8 ... RINGFOLD_BOOL */
+  int dtype;             /* RINGFOLD_INT8 ... RINGFOLD_FLOAT8_E5M2 */
   const int64_t* shape;  /* ndim dimensions, row-major; NULL when ndim is 0 (a scalar) */
   int ndim;
   int device;            /* RINGFOLD_CPU_DEVICE, or a CUDA device index */

@@ -518,17 +518,12 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTy
     requireComm(comm, "ncclRedOpCreatePreMulSum");
     requirePtr(op, "ncclRedOpCreatePreMulSum", "op");
     requirePtr(scalar, "ncclRedOpCreatePreMulSum", "scalar");
-    if (datatype < 0 || datatype >= ncclNumTypes) {
-      throw NcclError(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid datatype " + std::to_string(datatype));
-    }
-    if (datatype == ncclFloat8e4m3 || datatype == ncclFloat8e5m2) {
-      ringfold::nccl::unsupported("ncclRedOpCreatePreMulSum of an fp8 type: ringfold has no fp8 arithmetic");
-    }
+    const ringfold::DataType dtype = ringfold::nccl::dataTypeOf(datatype, "ncclRedOpCreatePreMulSum");
     if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
       throw NcclError(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid residence");
     }
     ringfold::nccl::PreMulSum p;
-    p.dtype = static_cast<ringfold::DataType>(datatype);
+    p.dtype = dtype;
     p.deviceScalar = residence == ncclScalarDevice;
     p.scalarPtr = scalar;
     if (!p.deviceScalar) p.hostValue = ringfold::nccl::hostScalar(scalar, p.dtype);

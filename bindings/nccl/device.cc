@@ -8,6 +8,8 @@
 #include "bindings/nccl/device.h"
 #include "bindings/nccl/state.h"
 #include "common/error.h"
+#include "reduce/fp8.h"
+#include "reduce/half.h"
 
 #if RF_NCCL_HAVE_CUDART
 #include <cuda_runtime_api.h>
@@ -154,21 +156,6 @@ void* stagingBuffer(NcclComm*, int, size_t) {
 NcclComm::NcclComm() = default;
 NcclComm::~NcclComm() { joinInit(); }
 
-namespace {
-float halfToFloat(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant ? NAN : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
-  }
-  return sign ? -v : v;
-}
-}  // namespace
-
 double hostScalar(const void* p, DataType dtype) {
   switch (dtype) {
     case DataType::kInt8: return *static_cast<const int8_t*>(p);
@@ -187,11 +174,10 @@ double hostScalar(const void* p, DataType dtype) {
     case DataType::kBfloat16: {
       uint16_t b;
       std::memcpy(&b, p, 2);
-      const uint32_t bits = uint32_t(b) << 16;
-      float f;
-      std::memcpy(&f, &bits, 4);
-      return f;
+      return bf16ToFloat(b);
     }
+    case DataType::kFloat8e4m3: return fp8e4m3ToFloat(*static_cast<const uint8_t*>(p));
+    case DataType::kFloat8e5m2: return fp8e5m2ToFloat(*static_cast<const uint8_t*>(p));
     default: throw NcclError(ncclInvalidArgument, "PreMulSum scalar of an unsupported type");
   }
 }

@@ -51,23 +51,7 @@ bool rooted(OpKind k) {
 }
 bool pointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 
-// ringfold's DataType for an NCCL type. fp8 travels as bytes in calls that only copy; ringfold
-// has no fp8 arithmetic, so reductions of fp8 are ncclInvalidUsage.
-DataType dtypeOf(const Op& o) {
-  const int t = static_cast<int>(o.dtype);
-  if (t < 0 || t >= ncclNumTypes) {
-    throw NcclError(ncclInvalidArgument, std::string(opKindName(o.kind)) + ": invalid datatype " + std::to_string(t));
-  }
-  if (o.dtype == ncclFloat8e4m3 || o.dtype == ncclFloat8e5m2) {
-    if (reduces(o.kind)) {
-      unsupported(std::string(opKindName(o.kind)) + " of " + typeName(o.dtype) +
-                  ": ringfold has no fp8 arithmetic (fp8 is supported only by calls that copy: broadcast, "
-                  "allgather, alltoall, gather, scatter, send/recv)");
-    }
-    return DataType::kUint8;
-  }
-  return static_cast<DataType>(t);  // the values are NCCL's (common/dtype.h)
-}
+DataType dtypeOf(const Op& o) { return dataTypeOf(o.dtype, opKindName(o.kind)); }
 
 struct Reduction {
   ReduceOp op = ReduceOp::kSum;
@@ -512,6 +496,18 @@ ncclResult_t groupEnd() {
     if (r != ncclSuccess) return r;
   }
   return ncclSuccess;
+}
+
+DataType dataTypeOf(ncclDataType_t t, const char* who) {
+  switch (t) {
+    case ncclFloat8e4m3: return DataType::kFloat8e4m3;
+    case ncclFloat8e5m2: return DataType::kFloat8e5m2;
+    default:
+      if (t < 0 || t >= ncclFloat8e4m3) {
+        throw NcclError(ncclInvalidArgument, std::string(who) + ": invalid datatype " + std::to_string(static_cast<int>(t)));
+      }
+      return static_cast<DataType>(t);  // int8 .. bfloat16: NCCL's values (common/dtype.h)
+  }
 }
 
 }  // namespace ringfold::nccl

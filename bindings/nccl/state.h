@@ -61,6 +61,9 @@ struct NcclError : std::exception {
   std::string message;
 };
 [[noreturn]] void unsupported(const std::string& what);  // throws NcclError(ncclInvalidUsage)
+// ringfold's DataType for an NCCL type (the same numbers, but for the two 8-bit floats, which
+// ringfold numbers after its bool); NcclError(ncclInvalidArgument) naming `who` if unknown.
+DataType dataTypeOf(ncclDataType_t t, const char* who);
 // The code for the exception being handled: IoError/TimeoutError -> ncclRemoteError,
 // InvalidArgument -> ncclInvalidArgument, MismatchError -> ncclInvalidUsage, bad_alloc and
 // other system failures -> ncclSystemError, anything else -> ncclInternalError; `text` gets its

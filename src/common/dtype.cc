@@ -10,7 +10,9 @@ size_t dataTypeSize(DataType t) {
   switch (t) {
     case DataType::kInt8:
     case DataType::kUint8:
-    case DataType::kBool: return 1;
+    case DataType::kBool:
+    case DataType::kFloat8e4m3:
+    case DataType::kFloat8e5m2: return 1;
     case DataType::kFloat16:
     case DataType::kBfloat16: return 2;
     case DataType::kInt32:
@@ -36,6 +38,8 @@ const char* dataTypeName(DataType t) {
     case DataType::kFloat64: return "double";
     case DataType::kBfloat16: return "bfloat16";
     case DataType::kBool: return "bool";
+    case DataType::kFloat8e4m3: return "f8e4m3";
+    case DataType::kFloat8e5m2: return "f8e5m2";
   }
   return "unknown";
 }
@@ -66,6 +70,8 @@ std::optional<DataType> parseDataType(std::string_view n) {
   if (n == "float32" || n == "fp32" || n == "f32") return DataType::kFloat32;
   if (n == "float64" || n == "fp64" || n == "f64") return DataType::kFloat64;
   if (n == "bf16") return DataType::kBfloat16;
+  if (n == "float8_e4m3" || n == "float8_e4m3fn" || n == "fp8_e4m3" || n == "e4m3") return DataType::kFloat8e4m3;
+  if (n == "float8_e5m2" || n == "fp8_e5m2" || n == "e5m2") return DataType::kFloat8e5m2;
   return std::nullopt;
 }
 
@@ -81,7 +87,7 @@ std::optional<ReduceOp> parseReduceOp(std::string_view n) {
 
 bool isFloatingPoint(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64 ||
-         t == DataType::kBfloat16;
+         t == DataType::kBfloat16 || t == DataType::kFloat8e4m3 || t == DataType::kFloat8e5m2;
 }
 
 bool isReducible(DataType t) { return t != DataType::kBool && static_cast<int>(t) < kNumDataTypes; }

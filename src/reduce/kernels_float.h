@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "reduce/fp8.h"
 #include "reduce/simd_scalar.h"
 
 #ifndef RF_ISA_NS
@@ -16,7 +17,13 @@
 namespace ringfold::reduce_detail::RF_ISA_NS {
 namespace {
 
-enum class Fmt { kHalf, kBf16, kF32, kF64 };
+// kE4m3, kE5m2 (the 8-bit floats): element by element on ScalarSimd only (reduce_kernels.h), in
+// float32 and rounded once per operation like the 16-bit types.
+enum class Fmt { kHalf, kBf16, kF32, kF64, kE4m3, kE5m2 };
+
+// True for the formats narrower than their compute type (rounded after every operation).
+template <Fmt F>
+constexpr bool kNarrow = F == Fmt::kHalf || F == Fmt::kBf16 || F == Fmt::kE4m3 || F == Fmt::kE5m2;
 
 template <Fmt F>
 struct Io;
@@ -57,6 +64,23 @@ struct Io<Fmt::kF64> {
   template <class S, bool kNt, class V> static void store(T* p, V v) {
     if constexpr (kNt) S::stream(p, v); else S::store(p, v);
   }
+};
+
+template <>
+struct Io<Fmt::kE4m3> {
+  using T = uint8_t;
+  using C = float;
+  template <class S> static constexpr size_t lanes() { return 1; }
+  template <class S> static float load(const T* p) { return fp8e4m3ToFloat(*p); }
+  template <class S, bool kNt> static void store(T* p, float v) { *p = floatToFp8e4m3(v); }
+};
+template <>
+struct Io<Fmt::kE5m2> {
+  using T = uint8_t;
+  using C = float;
+  template <class S> static constexpr size_t lanes() { return 1; }
+  template <class S> static float load(const T* p) { return fp8e5m2ToFloat(*p); }
+  template <class S, bool kNt> static void store(T* p, float v) { *p = floatToFp8e5m2(v); }
 };
 
 // One vector step of a binary (step2) or unary (step1) element function fn: load, fn, store.
@@ -148,8 +172,8 @@ void reduceFloat(void* dstv, const void* av, const void* bv, size_t n, double sc
   T* dst = static_cast<T*>(dstv);
   const T* a = static_cast<const T*>(av);
   const T* b = static_cast<const T*>(bv);
-  if constexpr (kScaled && (F == Fmt::kHalf || F == Fmt::kBf16)) {
-    // As Horovod: the reduction is rounded to the 16-bit type first, then scaled in float32
+  if constexpr (kScaled && kNarrow<F>) {
+    // As Horovod: the reduction is rounded to the narrow type first, then scaled in float32
     // and rounded again (its reduction and its ScaleBuffer are two passes over the buffer).
     // In blocks, so that dst is still in L1 for the second pass.
     constexpr size_t kBlock = 2048;

@@ -67,6 +67,10 @@ KernelTable makeTable() {
   fillFloat<Simd, Fmt::kBf16>(t, DataType::kBfloat16);
   fillFloat<Simd, Fmt::kF32>(t, DataType::kFloat32);
   fillFloat<Simd, Fmt::kF64>(t, DataType::kFloat64);
+  // 8-bit floats: scalar on every path (a few integer operations per element each way; the
+  // NCCL-compatible library's host mode is their only CPU user).
+  fillFloat<ScalarSimd, Fmt::kE4m3>(t, DataType::kFloat8e4m3);
+  fillFloat<ScalarSimd, Fmt::kE5m2>(t, DataType::kFloat8e5m2);
   return t;
 }
 

@@ -620,8 +620,8 @@ TEST_F(CApi, BadArgumentsReturnInvalidArgumentNamingTheProblem) {
   const int F = RINGFOLD_FLOAT32, CPU = RINGFOLD_CPU_DEVICE;
   EXPECT_FAILS(ringfold_allreduce_async(x, y, F, s4, 1, "n", 1, 1, 1, 0, CPU, nullptr), RINGFOLD_INVALID_ARGUMENT,
                "ringfold_allreduce_async: handle is NULL");
-  EXPECT_FAILS(ringfold_allreduce_async(x, y, 11, s4, 1, "n", 1, 1, 1, 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
-               "unknown dtype code 11");
+  EXPECT_FAILS(ringfold_allreduce_async(x, y, 13, s4, 1, "n", 1, 1, 1, 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
+               "unknown dtype code 13");
   EXPECT_FAILS(ringfold_allreduce_async(x, y, -1, s4, 1, "n", 1, 1, 1, 0, CPU, &h), RINGFOLD_INVALID_ARGUMENT,
                "unknown dtype code -1");
   const int64_t neg[2] = {2, -3};

@@ -26,7 +26,7 @@ NOT_IN_PYTHON = {
 REDUCE_OPS = {'AVERAGE': 'Average', 'SUM': 'Sum', 'ADASUM': 'Adasum', 'MIN': 'Min', 'MAX': 'Max',
               'PRODUCT': 'Product'}
 DTYPES = ('INT8', 'UINT8', 'INT32', 'UINT32', 'INT64', 'UINT64', 'FLOAT16', 'FLOAT32', 'FLOAT64',
-          'BFLOAT16', 'BOOL')
+          'BFLOAT16', 'BOOL', 'FLOAT8_E4M3', 'FLOAT8_E5M2')
 
 
 def header_codes(path):

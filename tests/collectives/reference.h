@@ -37,6 +37,8 @@ inline uint64_t elementBits(DataType t, uint64_t h, bool narrow) {
     case DataType::kBfloat16: return (sign << 15) | (uint64_t(127 + e) << 7) | (h & 0x7F);
     case DataType::kFloat32: return (sign << 31) | (uint64_t(127 + e) << 23) | (h & 0x7FFFFF);
     case DataType::kFloat64: return (sign << 63) | (uint64_t(1023 + e) << 52) | (h & 0xFFFFFFFFFFFFFull);
+    case DataType::kFloat8e4m3: return (sign << 7) | (uint64_t(7 + e) << 3) | (h & 0x7);
+    case DataType::kFloat8e5m2: return (sign << 7) | (uint64_t(15 + e) << 2) | (h & 0x3);
     case DataType::kBool: return h & 1;
     default:
       if (narrow) return static_cast<uint64_t>(static_cast<int64_t>(h % 7) - 3);  // -3..3

@@ -26,6 +26,8 @@ template <> constexpr DataType dtypeOf<int64_t>() { return DataType::kInt64; }
 template <> constexpr DataType dtypeOf<uint64_t>() { return DataType::kUint64; }
 template <> constexpr DataType dtypeOf<Float16>() { return DataType::kFloat16; }
 template <> constexpr DataType dtypeOf<Bfloat16>() { return DataType::kBfloat16; }
+template <> constexpr DataType dtypeOf<Float8e4m3>() { return DataType::kFloat8e4m3; }
+template <> constexpr DataType dtypeOf<Float8e5m2>() { return DataType::kFloat8e5m2; }
 template <> constexpr DataType dtypeOf<float>() { return DataType::kFloat32; }
 template <> constexpr DataType dtypeOf<double>() { return DataType::kFloat64; }
 
@@ -102,6 +104,8 @@ TEST(ReduceOps, EveryDtypeAndOpMatchesCpuReducerBitwise) {
   checkType<uint64_t>(*cpu, rng);
   checkType<Float16>(*cpu, rng);
   checkType<Bfloat16>(*cpu, rng);
+  checkType<Float8e4m3>(*cpu, rng);
+  checkType<Float8e5m2>(*cpu, rng);
   checkType<float>(*cpu, rng);
   checkType<double>(*cpu, rng);
 }

@@ -21,7 +21,7 @@ namespace {
 constexpr DataType kTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,
                                DataType::kUint32,  DataType::kInt64,   DataType::kUint64,
                                DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
-                               DataType::kFloat64};
+                               DataType::kFloat64, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                              ReduceOp::kAvg};
 
@@ -112,6 +112,16 @@ void reference(uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n, DataT
       }
       case DataType::kFloat32: put(out, i, refFinish(refOp(get<float>(a, i), get<float>(b, i), op), scale, scaled)); break;
       case DataType::kFloat64: put(out, i, refFinish(refOp(get<double>(a, i), get<double>(b, i), op), scale, scaled)); break;
+      // 8-bit floats: as the 16-bit ones, rounded (and saturated) to the type after each step.
+      case DataType::kFloat8e4m3:
+      case DataType::kFloat8e5m2: {
+        const RefFp8& f = t == DataType::kFloat8e4m3 ? kRefE4m3 : kRefE5m2;
+        float r = refOp(refFp8ToFloat(get<uint8_t>(a, i), f), refFp8ToFloat(get<uint8_t>(b, i), f), op);
+        uint8_t q = refFloatToFp8(refFinish(r, 1.0, false), f);
+        if (scaled) q = refFloatToFp8(refFinish(refFp8ToFloat(q, f), scale, true), f);
+        put(out, i, q);
+        break;
+      }
       default: FAIL();
     }
   }
@@ -246,6 +256,8 @@ TEST(CpuReducer, ScaleAgainstReference) {
                 case DataType::kBfloat16: put(want.data(), i, refFloatToBf16(refFinish(refBf16ToFloat(get<uint16_t>(ps, i)), factor, true))); break;
                 case DataType::kFloat32: put(want.data(), i, refFinish(get<float>(ps, i), factor, true)); break;
                 case DataType::kFloat64: put(want.data(), i, refFinish(get<double>(ps, i), factor, true)); break;
+                case DataType::kFloat8e4m3: put(want.data(), i, refFloatToFp8(refFinish(refFp8ToFloat(get<uint8_t>(ps, i), kRefE4m3), factor, true), kRefE4m3)); break;
+                case DataType::kFloat8e5m2: put(want.data(), i, refFloatToFp8(refFinish(refFp8ToFloat(get<uint8_t>(ps, i), kRefE5m2), factor, true), kRefE5m2)); break;
                 default: FAIL();
               }
             }

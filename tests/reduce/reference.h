@@ -3,6 +3,7 @@
 // the element rule is reducer.h's contract spelled out with <cmath>.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +63,51 @@ inline uint16_t refFloatToBf16(float f) {
   double v = std::nearbyint(x / quantum) * quantum;
   if (v >= std::ldexp(1.0, 128)) return neg ? 0xFF80 : 0x7F80;
   return uint16_t(bitsOf(float(neg ? -v : v)) >> 16);
+}
+
+// The 8-bit floats (reduce/fp8.h), from their definition in double arithmetic: `mant` mantissa
+// bits, exponent bias `bias`; E5M2 has infinities, E4M3 only S.1111.111 as NaN.
+struct RefFp8 {
+  int mant;
+  int bias;
+  bool hasInf;
+  double maxFinite;
+};
+inline constexpr RefFp8 kRefE4m3{3, 7, false, 448.0};
+inline constexpr RefFp8 kRefE5m2{2, 15, true, 57344.0};
+
+inline float refFp8ToFloat(uint8_t v, const RefFp8& f) {
+  const bool neg = (v & 0x80) != 0;
+  const int e = (v & 0x7F) >> f.mant;
+  const int m = v & ((1 << f.mant) - 1);
+  if (f.hasInf && e == (1 << (7 - f.mant)) - 1) {
+    if (m != 0) return std::numeric_limits<float>::quiet_NaN();
+    return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  }
+  if (!f.hasInf && (v & 0x7F) == 0x7F) return std::numeric_limits<float>::quiet_NaN();
+  const double x = e == 0 ? std::ldexp(double(m), 1 - f.bias - f.mant)
+                          : std::ldexp(double((1 << f.mant) + m), e - f.bias - f.mant);
+  return float(neg ? -x : x);
+}
+
+// Round to nearest even on the format's grid (its subnormal spacing below the normal range),
+// then saturate to the largest finite value (Inf too); NaN -> 0x7F.
+inline uint8_t refFloatToFp8(float in, const RefFp8& f) {
+  if (std::isnan(in)) return 0x7F;
+  const bool neg = std::signbit(in);
+  const double x = std::fabs(double(in));
+  double v = f.maxFinite;
+  if (!std::isinf(x)) {
+    int e = 0;
+    (void)std::frexp(x, &e);  // x = m * 2^e, m in [0.5, 1)
+    const int binade = std::max(e - 1, 1 - f.bias);
+    const double quantum = std::ldexp(1.0, binade - f.mant);
+    v = std::min(std::nearbyint(x / quantum) * quantum, f.maxFinite);
+  }
+  for (int code = 0; code < 0x80; ++code) {
+    if (double(refFp8ToFloat(uint8_t(code), f)) == v) return uint8_t(code | (neg ? 0x80 : 0));
+  }
+  return 0xFF;  // unreachable: every grid value up to maxFinite has a code
 }
 
 // The element rule of reducer.h in compute type C (float or double).

@@ -30,11 +30,13 @@ ABORTED = 3
 INVALID_ARGUMENT = 4
 IN_PROGRESS = 5
 
-# Data types (ringfold.h: NCCL's numbering plus bool).
-INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16, BOOL = range(11)
+# Data types (ringfold.h: NCCL's numbering, bool, then NCCL's two 8-bit floats). No framework
+# binding maps a tensor type to the 8-bit floats (Horovod has none).
+(INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16, BOOL, FLOAT8_E4M3,
+ FLOAT8_E5M2) = range(13)
 DTYPE_NAMES = ('int8', 'uint8', 'int32', 'uint32', 'int64', 'uint64', 'float16', 'float32',
-               'float64', 'bfloat16', 'bool')
-DTYPE_SIZES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1)
+               'float64', 'bfloat16', 'bool', 'float8_e4m3', 'float8_e5m2')
+DTYPE_SIZES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1, 1)
 
 # Operation types (ringfold_op_t.type: Horovod's request types).
 ALLREDUCE, ALLGATHER, BROADCAST, JOIN, ALLTOALL, BARRIER, REDUCESCATTER = 0, 1, 2, 3, 5, 6, 7

@@ -1,6 +1,7 @@
 // Element access for every ncclDataType_t in the NCCL-API tests: values are small integers
-// (exact in every type, fp16 and bf16 included), stored and read as doubles. fp8 buffers are
-// only copied, so their elements are handled as raw bytes.
+// (exact in every type, fp16 and bf16 included), stored and read as doubles. put/get handle fp8
+// elements as raw bytes (the copying collectives' patterns); putValue/getValue as 8-bit float
+// values (the reductions', chosen exact in both fp8 formats).
 #pragma once
 
 #include <nccl.h>
@@ -87,6 +88,32 @@ inline double get(ncclDataType_t t, const void* buf, size_t i) {
     }
     default: return 0;
   }
+}
+
+// An 8-bit float's value, from the format's definition (E4M3: bias 7, 3 mantissa bits, no Inf;
+// E5M2: bias 15, 2 mantissa bits); NaN for E4M3's S.1111.111 and E5M2's top exponent.
+inline double fromFp8(ncclDataType_t t, uint8_t x) {
+  const int mant = t == ncclFloat8e4m3 ? 3 : 2, bias = t == ncclFloat8e4m3 ? 7 : 15;
+  const int e = (x & 0x7F) >> mant, m = x & ((1 << mant) - 1);
+  if (t == ncclFloat8e4m3 ? (x & 0x7F) == 0x7F : e == 31) return NAN;
+  const double v = e == 0 ? std::ldexp(m, 1 - bias - mant) : std::ldexp((1 << mant) + m, e - bias - mant);
+  return (x & 0x80) ? -v : v;
+}
+inline uint8_t toFp8(ncclDataType_t t, double v) {  // exact values only (the tests use no others)
+  for (int code = 0; code < 0x100; ++code) {
+    if (fromFp8(t, static_cast<uint8_t>(code)) == v && (v != 0 || !std::signbit(v) == !(code & 0x80))) {
+      return static_cast<uint8_t>(code);
+    }
+  }
+  return 0x7F;
+}
+inline bool isFp8(ncclDataType_t t) { return t == ncclFloat8e4m3 || t == ncclFloat8e5m2; }
+inline void putValue(ncclDataType_t t, void* buf, size_t i, double v) {
+  if (!isFp8(t)) return put(t, buf, i, v);
+  static_cast<uint8_t*>(buf)[i] = toFp8(t, v);
+}
+inline double getValue(ncclDataType_t t, const void* buf, size_t i) {
+  return isFp8(t) ? fromFp8(t, static_cast<const uint8_t*>(buf)[i]) : get(t, buf, i);
 }
 
 inline const char* typeName(ncclDataType_t t) {
