@@ -171,10 +171,7 @@ void rootedExchange(Communicator& comm, const Op& o, DataType dt) {
 void runCollective(ncclComm* c, Communicator& comm, const Op& o) {
   const DataType dt = dtypeOf(o);
   switch (o.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kReduce: {
-      // No reduce-to-root in ringfold's collectives: a reduce is an allreduce whose result only
-      // the root keeps (the others' lands in scratch).
+    case OpKind::kAllReduce: {
       const Reduction red = reductionOf(c, o);
       AllreduceOptions a;
       a.sendbuf = o.sendbuf;
@@ -183,11 +180,22 @@ void runCollective(ncclComm* c, Communicator& comm, const Op& o) {
       a.dtype = dt;
       a.op = red.op;
       a.preScale = red.preScale;
-      if (o.kind == OpKind::kReduce && comm.rank() != o.root) {
-        c->hostScratch.resize(std::max(c->hostScratch.size(), o.count * dataTypeSize(dt)));
-        a.recvbuf = c->hostScratch.data();
-      }
       allreduce(comm, a);
+      return;
+    }
+    case OpKind::kReduce: {
+      // A chain to the root (collectives/reduce.h): each link carries the buffer once; recvbuff
+      // is written at the root only, as NCCL does.
+      const Reduction red = reductionOf(c, o);
+      ReduceOptions r;
+      r.sendbuf = o.sendbuf;
+      r.recvbuf = comm.rank() == o.root ? o.recvbuf : nullptr;
+      r.count = o.count;
+      r.dtype = dt;
+      r.op = red.op;
+      r.root = o.root;
+      r.preScale = red.preScale;
+      reduce(comm, r);
       return;
     }
     case OpKind::kBroadcast: {

@@ -113,7 +113,6 @@ struct NcclComm {
   std::map<int, PreMulSum> preMulSums;  // by ncclRedOp_t value (>= ncclNumOps)
   int nextOp = ncclNumOps;
 
-  std::vector<std::byte> hostScratch;      // ncclReduce's result on ranks other than the root
   struct StagingBuffers;                   // CUDA staging (device.cc)
   std::unique_ptr<StagingBuffers> staging;
 

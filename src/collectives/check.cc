@@ -29,6 +29,9 @@ std::string describeArgs(const CheckFields& f) {
       return detail::concat("recvCounts#", std::hex, f.count, std::dec, " dtype=", dataTypeName(f.dtype));
     case Kind::kBroadcast:
       return detail::concat("count=", f.count, " dtype=", dataTypeName(f.dtype), " root=", f.root);
+    case Kind::kReduce:
+      return detail::concat("count=", f.count, " dtype=", dataTypeName(f.dtype), " op=", reduceOpName(f.op),
+                            " root=", f.root);
     case Kind::kAlltoallCounts:
       return detail::concat("ranks=", f.count);
     case Kind::kBarrier:
@@ -84,6 +87,7 @@ const char* kindName(Kind kind) {
     case Kind::kAllgather: return "allgather";
     case Kind::kAllgatherv: return "allgatherv";
     case Kind::kBroadcast: return "broadcast";
+    case Kind::kReduce: return "reduce";
     case Kind::kAlltoall: return "alltoall";
     case Kind::kAlltoallCounts: return "alltoall count exchange";
     case Kind::kBarrier: return "barrier";

@@ -34,7 +34,8 @@ enum class Kind : uint8_t {
   kSendRecv,
   kAllreduceTree,
   kAllreduceHierarchical,  // the local phases of a hierarchical allreduce
-  kLastKind = kAllreduceHierarchical,
+  kReduce,                 // reduce to one root (chain)
+  kLastKind = kReduce,
 };
 
 struct CheckFields {

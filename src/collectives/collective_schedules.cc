@@ -305,4 +305,65 @@ Unit ChainBroadcastSchedule::unit(int l, size_t u) const {
   return un;
 }
 
+// ---- chain reduce ----
+
+ChainReduceSchedule::ChainReduceSchedule(int rank, int n, int root, size_t count, size_t segElems)
+    : rank_(rank), n_(n), root_(root), count_(count), segElems_(segElems), segments_(segmentCount(count, segElems)) {
+  RF_ENFORCE(n >= 1 && rank >= 0 && rank < n && root >= 0 && root < n, "chain reduce: rank ", rank, ", root ", root,
+             " of ", n);
+  // The head's segments go out at once (its lane has nothing to pace them by but the hello);
+  // every other rank's only own send is the hello.
+  pacing_.lead = kNoSend;
+  pacing_.sendWindow = kSendWindow;
+  pacing_.receivesFirst = true;  // the hello receive is posted before the hello send
+}
+
+Lane ChainReduceSchedule::lane(int) const {
+  const size_t slotElems = std::max<size_t>(1, std::min(segElems_, count_));
+  if (n_ == 1) return Lane{segments_, 1, 1, slotElems};
+  return Lane{isHead() ? 1 : 1 + segments_, kWindow, 1, slotElems};
+}
+
+size_t ChainReduceSchedule::ownSends() const {
+  if (n_ == 1) return 0;
+  return isHead() ? 1 + segments_ : 1;
+}
+
+OwnSend ChainReduceSchedule::ownSend(size_t i) const {
+  if (i == 0) return OwnSend{next(), kHelloSub, Range{0, 0}, false};
+  return OwnSend{next(), kDataSub, segment(Range{0, count_}, segElems_, i - 1), true};
+}
+
+Unit ChainReduceSchedule::unit(int, size_t u) const {
+  Unit un;
+  un.into = Place::kSlot;
+  if (n_ == 1) {  // own alone, scaled into recvbuf
+    un.range = segment(Range{0, count_}, segElems_, u);
+    un.receives = 0;
+    un.ownAt = 0;
+    un.last = true;
+    return un;
+  }
+  if (u == 0) {  // the hello: an empty receive from rank-1
+    un.range = Range{0, 0};
+    un.sub = kHelloSub;
+    return un;
+  }
+  un.range = segment(Range{0, count_}, segElems_, u - 1);
+  un.sub = kDataSub;
+  un.ownAt = 1;  // acc = received op own
+  if (isRoot()) {
+    un.last = true;  // into recvbuf, with the final scale
+    return un;
+  }
+  un.foldInto = Place::kSlot;
+  un.forwardTo = next();
+  un.forwardSub = kDataSub;
+  un.forwardFrom = Place::kSlot;
+  // The slot was last used by unit u - kWindow, which forwarded from it (unit 0, the hello,
+  // forwarded nothing and wrote no data).
+  if (u > kWindow) un.gate = Gate{Gate::kForward, u - kWindow, true, true};
+  return un;
+}
+
 }  // namespace ringfold::sched

@@ -200,4 +200,45 @@ class ChainBroadcastSchedule final : public Schedule {
   size_t count_, segElems_, segments_;
 };
 
+// Chain reduce to `root`: root+1 -> root+2 -> ... -> root, the mirror of the chain broadcast,
+// folding on the way. Chain position p = rank - root - 1 (mod n): the head (p = 0, root+1)
+// starts every segment's fold, the root (p = n-1) ends it, so segment k's result is
+// ((x[root+1] op x[root+2]) op ...) op x[root]: each element folded in that fixed order, as
+// a ring reduce-scatter folds chunk `root` (schedules.h), bit-identical from run to run.
+// Every rank first sends an empty hello to rank+1 (own send 0, sub 0) and receives one from
+// rank-1 (lane 0, unit 0), so each rank compares its arguments with its neighbour's whatever
+// it believes the root to be. Then, in segments of segElems (sub 1):
+//   head    : own sends 1.. are its segments (staged: preScaled), all posted at once through
+//             the send window; its lane has the hello only;
+//   interior: unit 1+k receives segment k from rank-1 into a slot, folds acc = received op own
+//             in the slot and forwards the slot to rank+1; a slot is reused once the forward
+//             of the unit that used it before has completed (kWindow slots);
+//   root    : unit 1+k folds acc = received op own into recvbuf with the final scale (`last`);
+//             it forwards nothing.
+// Only the root's recvbuf is written: the other ranks fold in scratch. n = 1: no messages, the
+// lane holds one unit per segment that scales own into recvbuf (the executor is not needed
+// for it, but the description stays true). Each link carries the buffer once.
+class ChainReduceSchedule final : public Schedule {
+ public:
+  ChainReduceSchedule(int rank, int n, int root, size_t count, size_t segElems);
+  static constexpr size_t kWindow = 4, kSendWindow = 16;
+  static constexpr uint32_t kHelloSub = 0, kDataSub = 1;
+  int lanes() const override { return 1; }
+  Lane lane(int l) const override;
+  size_t ownSends() const override;
+  OwnSend ownSend(size_t i) const override;
+  Unit unit(int l, size_t u) const override;
+  int peer(int, size_t, size_t) const override { return mod(rank_ - 1, n_); }
+
+  // Position in the chain: 0 for the head (root+1), n-1 for the root.
+  int position() const { return mod(rank_ - root_ - 1, n_); }
+
+ private:
+  bool isRoot() const { return rank_ == root_; }
+  bool isHead() const { return n_ > 1 && position() == 0; }
+  int next() const { return mod(rank_ + 1, n_); }
+  int rank_, n_, root_;
+  size_t count_, segElems_, segments_;
+};
+
 }  // namespace ringfold::sched

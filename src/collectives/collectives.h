@@ -4,7 +4,7 @@
 // Common rules
 //   * Counts are in elements of `dtype`. Count 0 is valid and moves nothing (but still checks
 //     that every rank agrees).
-//   * In place: allreduce/broadcast when sendbuf == recvbuf; reduce-scatter when
+//   * In place: allreduce/broadcast/reduce when sendbuf == recvbuf; reduce-scatter when
 //     recvbuf == sendbuf + rank*recvCount; allgather when sendbuf == recvbuf + rank's offset.
 //     These are NCCL's rules. Any other overlap of sendbuf and recvbuf is InvalidArgument.
 //   * Results are bitwise identical on every rank and from run to run for the same inputs,
@@ -14,8 +14,9 @@
 //     every rank throw IoError within the communicator's timeout; a bad argument on one rank
 //     (null buffer, bool in a reduction, root out of range) makes every rank throw its
 //     InvalidArgument. None of these hangs or writes past the caller's buffers. (In a copying
-//     collective a rank that needs nothing from the failing rank, e.g. a broadcast rank
-//     upstream of it, may return normally; its next call then throws the same error.)
+//     collective or a reduce, a rank that needs nothing from the failing rank, e.g. a broadcast
+//     or reduce rank upstream of it, may return normally; its next call then throws the same
+//     error.)
 //   * Reducing collectives accept every dtype but kBool; copying ones accept kBool too.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "collectives/barrier.h"
 #include "collectives/broadcast.h"
 #include "collectives/communicator.h"
+#include "collectives/reduce.h"
 #include "collectives/reduce_scatter.h"
 #include "collectives/sendrecv.h"
 #include "common/dtype.h"

@@ -214,6 +214,110 @@ TEST(Schedules, ChainBroadcastMessagesPairUp) {
   }
 }
 
+// Chain reduce, n = 1..9, every root, counts around the slot window (awkward counts and
+// segments): the hello and the segments pair up along the chain root+1 -> ... -> root; only
+// the head sends segments of its own, only the root folds into recvbuf (with the final scale,
+// each element once) and forwards nothing, interior ranks fold in the slot and forward it, a
+// slot is reused only after the forward that read it, and following the messages down the
+// chain gives every segment the fold order root+1, root+2, ..., root.
+TEST(Schedules, ChainReduceMessagesPairUpAndFoldInChainOrder) {
+  constexpr size_t W = sched::ChainReduceSchedule::kWindow;
+  for (int n = 1; n <= 9; ++n) {
+    for (int root = 0; root < n; ++root) {
+      for (size_t seg : {size_t{1}, size_t{3}, size_t{4}}) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, W * seg + seg + 1, (2 * W + 1) * seg - 1}) {
+          expectMessagesPairUp(n, [&](int r) { return std::make_unique<sched::ChainReduceSchedule>(r, n, root, count, seg); });
+          const size_t segments = sched::segmentCount(count, seg);
+          std::vector<int> cover(count, 0);
+          // Per segment, the ranks folded into each message in flight, FIFO per (from, to).
+          std::map<std::pair<int, int>, std::vector<std::vector<int>>> wire;
+          std::vector<std::vector<int>> result(segments);
+          for (int p = 0; p < n; ++p) {  // ranks in chain order: root+1 first, the root last
+            const int r = (root + 1 + p) % n;
+            const sched::ChainReduceSchedule s(r, n, root, count, seg);
+            SCOPED_TRACE(::testing::Message() << "n=" << n << " root=" << root << " count=" << count << " seg=" << seg
+                                              << " rank=" << r);
+            EXPECT_EQ(s.position(), p);
+            ASSERT_EQ(s.lanes(), 1);
+            const sched::Lane lane = s.lane(0);
+            EXPECT_EQ(s.pacing().sendWindow, sched::ChainReduceSchedule::kSendWindow);
+            if (n == 1) {  // no messages: own, scaled, into recvbuf
+              EXPECT_EQ(s.ownSends(), 0u);
+              ASSERT_EQ(lane.units, segments);
+              for (size_t u = 0; u < lane.units; ++u) {
+                const sched::Unit un = s.unit(0, u);
+                EXPECT_EQ(un.receives, 0u);
+                EXPECT_EQ(un.ownAt, 0);
+                EXPECT_TRUE(un.last);
+                EXPECT_EQ(un.foldInto, sched::Place::kDst);
+                for (size_t e = 0; e < un.range.length; ++e) ++cover[un.range.offset + e];
+              }
+              continue;
+            }
+            const bool head = p == 0, isRoot = r == root;
+            ASSERT_EQ(s.ownSends(), head ? 1 + segments : 1u);
+            EXPECT_EQ(s.ownSend(0).range.length, 0u);  // the hello, to rank+1
+            EXPECT_EQ(s.ownSend(0).peer, (r + 1) % n);
+            EXPECT_EQ(s.ownSend(0).sub, s.unit(0, 0).sub);
+            EXPECT_EQ(s.unit(0, 0).range.length, 0u);  // the hello from rank-1
+            EXPECT_EQ(s.unit(0, 0).ownAt, -1);
+            EXPECT_EQ(s.unit(0, 0).forwardTo, -1);
+            EXPECT_EQ(s.peer(0, 0, 0), sched::mod(r - 1, n));
+            ASSERT_EQ(lane.units, head ? 1u : 1 + segments);
+            EXPECT_EQ(lane.window, W);
+            EXPECT_EQ(lane.group, 1u);
+            if (head) {
+              for (size_t k = 0; k < segments; ++k) {
+                const sched::OwnSend o = s.ownSend(1 + k);
+                EXPECT_TRUE(o.stage);  // preScaled
+                EXPECT_EQ(o.peer, (r + 1) % n);
+                wire[{r, o.peer}].push_back({r});
+              }
+              continue;
+            }
+            for (size_t u = 1; u < lane.units; ++u) {
+              const sched::Unit un = s.unit(0, u);
+              const size_t k = u - 1;
+              EXPECT_EQ(un.into, sched::Place::kSlot);
+              EXPECT_EQ(un.ownAt, 1);  // acc = received op own
+              EXPECT_EQ(un.last, isRoot);
+              auto& in = wire[{sched::mod(r - 1, n), r}];
+              ASSERT_FALSE(in.empty());
+              std::vector<int> acc = in.front();
+              in.erase(in.begin());
+              acc.push_back(r);
+              if (isRoot) {
+                EXPECT_EQ(un.foldInto, sched::Place::kDst);
+                EXPECT_EQ(un.forwardTo, -1);
+                EXPECT_EQ(un.gate.kind, sched::Gate::kNone);
+                for (size_t e = 0; e < un.range.length; ++e) ++cover[un.range.offset + e];
+                result[k] = acc;
+                continue;
+              }
+              EXPECT_EQ(un.foldInto, sched::Place::kSlot);
+              EXPECT_EQ(un.forwardFrom, sched::Place::kSlot);
+              EXPECT_EQ(un.forwardTo, (r + 1) % n);
+              wire[{r, un.forwardTo}].push_back(acc);
+              if (u > W) {  // the slot's previous user forwarded from it: that send must be done
+                EXPECT_EQ(un.gate.kind, sched::Gate::kForward);
+                EXPECT_EQ(un.gate.index % W, u % W);
+                EXPECT_EQ(un.gate.index, u - W);
+                EXPECT_TRUE(un.gate.retire);
+              }
+            }
+          }
+          for (size_t e = 0; e < count; ++e) EXPECT_EQ(cover[e], 1) << "n=" << n << " root=" << root << " e=" << e;
+          if (n == 1) continue;
+          std::vector<int> order;
+          for (int p = 0; p < n; ++p) order.push_back((root + 1 + p) % n);
+          for (size_t k = 0; k < segments; ++k) EXPECT_EQ(result[k], order) << "segment " << k;
+          for (const auto& [link, left] : wire) EXPECT_TRUE(left.empty()) << link.first << "->" << link.second;
+        }
+      }
+    }
+  }
+}
+
 // The double binary tree: each tree holds every rank once, with one root, parents and children
 // that agree, depth ceil(log2 n); leaves of one tree are interior in the other (at odd n one
 // rank is interior in both, no more).
@@ -416,6 +520,28 @@ TEST(Check, DescribesTheOtherSide) {
   EXPECT_EQ(coll::describeMismatch(m, 0),
             "allreduce arguments differ between ranks: rank 1 passed count=101 dtype=float op=sum, rank 0 passed "
             "count=100 dtype=float op=sum");
+}
+
+TEST(Check, DescribesAReduceMismatch) {
+  coll::CheckFields mine, theirs;
+  mine.kind = theirs.kind = coll::Kind::kReduce;
+  mine.dtype = theirs.dtype = DataType::kFloat32;
+  mine.op = theirs.op = ReduceOp::kMax;
+  mine.count = theirs.count = 10;
+  theirs.root = 2;
+  const auto back = coll::unpackCheck(coll::packCheck(theirs));
+  EXPECT_EQ(back.kind, coll::Kind::kReduce);
+  EXPECT_EQ(back.root, 2u);
+  transport::CheckMismatch m(1, 7, 0, 0, coll::packCheck(mine), coll::packCheck(theirs));
+  EXPECT_EQ(coll::describeMismatch(m, 0),
+            "reduce arguments differ between ranks: rank 1 passed count=10 dtype=float op=max root=2, rank 0 passed "
+            "count=10 dtype=float op=max root=0");
+  coll::CheckFields other = mine;
+  other.kind = coll::Kind::kBroadcast;
+  transport::CheckMismatch k(1, 7, 0, 0, coll::packCheck(mine), coll::packCheck(other));
+  EXPECT_EQ(coll::describeMismatch(k, 0),
+            "collectives differ between ranks: rank 1 called broadcast(count=10 dtype=float root=0), rank 0 called "
+            "reduce(count=10 dtype=float op=max root=0)");
 }
 
 }  // namespace
