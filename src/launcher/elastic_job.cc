@@ -237,6 +237,10 @@ void ElasticJob::publish(const Plan& p) {
       w->leftAt = now;
     }
   }
+  // Incarnation n-2's keys (its table, update flag and ready reports) are read by no one now:
+  // every worker of it has joined n-1 or left. Without this the store grows by a table per
+  // incarnation for as long as the job lives.
+  if (n >= 3) store_->deletePrefix(incKey(n - 2, ""));
   store_->setString(incKey(n, "table"), table);
   store_->setString("elastic/current", std::to_string(n));
   incarnation_ = n;

@@ -260,6 +260,25 @@ TEST(ElasticJob, FailedWorkerGivesTheNextTableWithSurvivorsFirst) {
   EXPECT_TRUE(contains(f.err, "incarnation 2: 2 worker(s) on 127.0.0.1:1,127.0.0.3:1 (2 kept, 0 new)")) << f.err;
 }
 
+// Incarnation N-2's keys are gone from the store once N is published: the worker that joins
+// incarnation 3 finds no table of incarnation 1.
+TEST(ElasticJob, AnIncarnationsKeysAreDeletedTwoIncarnationsLater) {
+  ElasticRun run("127.0.0.1\n127.0.0.2\n127.0.0.3\n127.0.0.4\n", {"-np", "4", "--min-np", "2"});
+  auto m1 = run.members(1, 4);
+  ASSERT_EQ(m1.size(), 4u);
+  run.failWorker(m1[3], 7);
+  auto m2 = run.members(2, 3);
+  ASSERT_EQ(m2.size(), 3u) << run.finish(1s).err;
+  run.failWorker(m2[2], 7);
+  auto m3 = run.members(3, 2);
+  ASSERT_EQ(m3.size(), 2u) << run.finish(1s).err;
+  auto old = run.waitFor("old-keys " + m3[0] + " inc=3", 1, 10s);
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_TRUE(contains(old[0], "deleted")) << old[0];
+  Finished f = run.finishAll();
+  EXPECT_EQ(f.exitCode, 0) << f.err;
+}
+
 TEST(ElasticJob, DiscoveredHostJoinsAtTheNextIncarnation) {
   ElasticRun run("127.0.0.1\n127.0.0.2\n", {"--min-np", "2"});
   auto m1 = run.members(1, 2);

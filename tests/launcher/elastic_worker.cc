@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
       std::printf("worker %s joined incarnation %d as rank %d\n", id.c_str(), inc, me.rank);
       std::fflush(stdout);
       const std::string prefix = "elastic/inc" + std::to_string(inc) + "/";
+      if (inc >= 3) {  // the launcher deleted incarnation inc-2's keys before publishing inc
+        const bool kept = store.check({"elastic/inc" + std::to_string(inc - 2) + "/table"});
+        appendLine(events, "old-keys " + id + " inc=" + std::to_string(inc) + (kept ? " kept" : " deleted"));
+      }
       std::vector<Entry> peers = parseTable(store.getString(prefix + "table", 10s));
       std::map<std::string, std::pair<int64_t, Clock::time_point>> seen;
       for (const auto& p : peers) seen[p.id] = {-1, Clock::now()};
