@@ -50,6 +50,12 @@ const char* algorithmOf(Kind k) {
 }
 }  // namespace
 
+// The fields' widths hold every value they carry: a new kind, dtype or op past them would make
+// two different calls look alike.
+static_assert(static_cast<int>(Kind::kLastKind) < 32, "kind has 5 bits in the check word");
+static_assert(kNumDataTypes <= 16, "dtype has 4 bits in the check word");
+static_assert(kNumReduceOps <= 8, "op has 3 bits in the check word");
+
 uint64_t packCheck(const CheckFields& f) {
   return (static_cast<uint64_t>(f.kind) & 0x1F) | ((static_cast<uint64_t>(f.dtype) & 0xF) << 5) |
          ((static_cast<uint64_t>(f.op) & 0x7) << 9) | ((static_cast<uint64_t>(f.root) & 0xFFF) << 12) |
