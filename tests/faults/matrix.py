@@ -636,6 +636,12 @@ class Cell:
                 live = self.live_ranks()
                 if self.fault == 'kill-launcher':
                     if all(pid_state(p) in ('gone', 'Z') for p in self.rank_pid.values()):
+                        # Ranks that went after this round's exit check above exited by now:
+                        # without this, ranks that all died within one 50 ms round (the launcher's
+                        # death reaches them at once) were counted as hung.
+                        gone_at = time.time()
+                        for r in self.rank_pid:
+                            self.exited.setdefault(r, gone_at)
                         break
                 elif all(self.ended(r) for r in live):
                     break
