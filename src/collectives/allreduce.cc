@@ -97,12 +97,7 @@ void allreduce(Communicator& comm, const AllreduceOptions& o) {
     a.src = static_cast<const std::byte*>(o.sendbuf);
     a.dst = static_cast<std::byte*>(o.recvbuf);
     a.srcElems = a.dstElems = o.count;
-    a.elemSize = dataTypeSize(o.dtype);
-    a.dtype = o.dtype;
-    a.op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
-    a.preScale = o.preScale;
-    a.finalScale = sched::finalScale(o.op, o.postScale, comm.size());
-    a.reducer = o.reducer != nullptr ? o.reducer : &comm.reducer();
+    coll::setReduction(a, comm, o);
     if (algo == AllreduceAlgorithm::kHierarchical && comm.size() > 1) return coll::hierarchicalAllreduce(comm, choice, a);
     a.call = coll::begin(comm, {.kind = coll::allreduceKind(algo), .dtype = o.dtype, .op = o.op, .count = o.count});
     if (comm.size() == 1) return coll::reduceLocal(a);

@@ -46,6 +46,19 @@ struct Operands {
   sched::Range stageRange;
 };
 
+// The reduction fields of `a` for a call with options `o` (allreduce's, reduce's, reduce-scatter's:
+// dtype, op, preScale, postScale, reducer) over `comm`: avg folds as a sum and divides by the
+// group's size at the last fold; the communicator's reducer unless the call names one.
+template <class Options>
+void setReduction(Operands& a, Communicator& comm, const Options& o) {
+  a.elemSize = dataTypeSize(o.dtype);
+  a.dtype = o.dtype;
+  a.op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
+  a.preScale = o.preScale;
+  a.finalScale = sched::finalScale(o.op, o.postScale, comm.size());
+  a.reducer = o.reducer != nullptr ? o.reducer : &comm.reducer();
+}
+
 void execute(Communicator& comm, const sched::Schedule& schedule, const Operands& operands);
 
 // The keys the executor names its sends by (Flight::retireSend): own send i, the forward of unit

@@ -33,12 +33,7 @@ void reduce(Communicator& comm, const ReduceOptions& o) {
     // Only the root's recvbuf is written; elsewhere it is not even registered (it may be null).
     a.dst = isRoot ? static_cast<std::byte*>(o.recvbuf) : nullptr;
     a.dstElems = isRoot ? o.count : 0;
-    a.elemSize = dataTypeSize(o.dtype);
-    a.dtype = o.dtype;
-    a.op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
-    a.preScale = o.preScale;
-    a.finalScale = sched::finalScale(o.op, o.postScale, n);
-    a.reducer = o.reducer != nullptr ? o.reducer : &comm.reducer();
+    coll::setReduction(a, comm, o);
     a.call = coll::begin(comm, {.kind = coll::Kind::kReduce,
                                 .dtype = o.dtype,
                                 .op = o.op,

@@ -39,12 +39,7 @@ void reduceScatter(Communicator& comm, const ReduceScatterOptions& o) {
     a.dst = dst;
     a.dstShift = static_cast<size_t>(r) * rc;
     a.dstElems = rc;
-    a.elemSize = dataTypeSize(o.dtype);
-    a.dtype = o.dtype;
-    a.op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
-    a.preScale = o.preScale;
-    a.finalScale = sched::finalScale(o.op, o.postScale, n);
-    a.reducer = o.reducer != nullptr ? o.reducer : &comm.reducer();
+    coll::setReduction(a, comm, o);
     a.call = coll::begin(comm, {.kind = coll::Kind::kReduceScatter, .dtype = o.dtype, .op = o.op, .count = rc});
 
     if (n == 1) return coll::reduceLocal(a);
