@@ -40,4 +40,16 @@ void checkBroadcast(int ranks, DataType dtype, const std::vector<size_t>& counts
 void checkAlltoall(int ranks, DataType dtype, const std::vector<size_t>& baseCounts, const GroupOptions& group,
                    FailureLog& log);
 
+// The transport a matrix binary runs over, chosen at build time (tests/collectives/CMakeLists.txt):
+// RF_MATRIX_SUITE names its test instances, matrixGroup() (matrix_test.cc, built into every
+// such binary) gives the group options.
+#if defined(RF_MATRIX_RDMA_FAKE)
+#define RF_MATRIX_SUITE RdmaFake
+#elif defined(RF_MATRIX_SHM)
+#define RF_MATRIX_SUITE Shm
+#else
+#define RF_MATRIX_SUITE Loopback
+#endif
+GroupOptions matrixGroup();
+
 }  // namespace ringfold::rftest

@@ -16,6 +16,16 @@
 #include "transport/rdma/fabric_fake.h"
 #endif
 
+ringfold::rftest::GroupOptions ringfold::rftest::matrixGroup() {
+  ringfold::rftest::GroupOptions g;
+#if defined(RF_MATRIX_RDMA_FAKE)
+  g.transport = "rdma";
+#elif defined(RF_MATRIX_SHM)
+  g.transport = "shm";
+#endif
+  return g;
+}
+
 namespace {
 
 using namespace ringfold;
@@ -28,7 +38,6 @@ const std::vector<size_t> kAllreduceCounts = {0, 1, 7, 4097, 40001};
 const std::vector<size_t> kBlockCounts = {0, 1, 7, 1025, 5001};
 
 #ifdef RF_MATRIX_RDMA_FAKE
-#define RF_MATRIX_SUITE RdmaFake
 class RdmaFakeEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -44,13 +53,7 @@ class RdmaFakeEnvironment : public ::testing::Environment {
   void TearDown() override { transport::rdma::fake::clearFaults(); }
 };
 const auto* const kRdmaFake = ::testing::AddGlobalTestEnvironment(new RdmaFakeEnvironment);
-GroupOptions matrixGroup() {
-  GroupOptions g;
-  g.transport = "rdma";
-  return g;
-}
 #elif defined(RF_MATRIX_SHM)
-#define RF_MATRIX_SUITE Shm
 // Small rings (1 KiB slots, 8 of them), so messages span slots and rings fill; cross-memory
 // attach on from 2 KiB, so the 4 KiB-segment collectives use both paths.
 class ShmEnvironment : public ::testing::Environment {
@@ -63,14 +66,6 @@ class ShmEnvironment : public ::testing::Environment {
   }
 };
 const auto* const kShm = ::testing::AddGlobalTestEnvironment(new ShmEnvironment);
-GroupOptions matrixGroup() {
-  GroupOptions g;
-  g.transport = "shm";
-  return g;
-}
-#else
-#define RF_MATRIX_SUITE Loopback
-GroupOptions matrixGroup() { return GroupOptions{}; }
 #endif
 
 using Param = std::tuple<int, DataType>;

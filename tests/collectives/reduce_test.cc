@@ -23,24 +23,6 @@ using namespace std::chrono_literals;
 
 const std::vector<int> kReduceRankCounts = {1, 2, 3, 4, 5, 7};
 
-#if defined(RF_MATRIX_SHM)
-#define RF_REDUCE_SUITE Shm
-GroupOptions reduceGroup() {
-  GroupOptions g;
-  g.transport = "shm";
-  return g;
-}
-#elif defined(RF_MATRIX_RDMA_FAKE)
-#define RF_REDUCE_SUITE RdmaFake
-GroupOptions reduceGroup() {
-  GroupOptions g;
-  g.transport = "rdma";
-  return g;
-}
-#else
-#define RF_REDUCE_SUITE Loopback
-GroupOptions reduceGroup() { return GroupOptions{}; }
-#endif
 
 // Roots 0, the last rank and one in between (distinct).
 std::vector<int> rootsFor(int n) {
@@ -56,7 +38,7 @@ class ReduceMatrix : public ::testing::TestWithParam<int> {};
 // x every op x the counts of reduceCounts().
 TEST_P(ReduceMatrix, EveryDtypeOpRootAndCount) {
   const int n = GetParam();
-  const GroupOptions group = reduceGroup();
+  const GroupOptions group = matrixGroup();
   FailureLog log;
   for (DataType t : reducibleTypes()) {
     checkReduce(n, t, reduceCases(allOps(), reduceCounts(t, group.segmentBytes)), rootsFor(n), group, log);
@@ -67,7 +49,7 @@ TEST_P(ReduceMatrix, EveryDtypeOpRootAndCount) {
 // preScale and postScale (avg's division included) on every dtype.
 TEST_P(ReduceMatrix, Scales) {
   const int n = GetParam();
-  const GroupOptions group = reduceGroup();
+  const GroupOptions group = matrixGroup();
   FailureLog log;
   for (DataType t : reducibleTypes()) {
     const size_t seg = group.segmentBytes / dataTypeSize(t);
@@ -84,7 +66,7 @@ TEST_P(ReduceMatrix, Scales) {
   log.report();
 }
 
-INSTANTIATE_TEST_SUITE_P(RF_REDUCE_SUITE, ReduceMatrix, ::testing::ValuesIn(kReduceRankCounts),
+INSTANTIATE_TEST_SUITE_P(RF_MATRIX_SUITE, ReduceMatrix, ::testing::ValuesIn(kReduceRankCounts),
                          [](const ::testing::TestParamInfo<int>& i) { return "ranks" + std::to_string(i.param); });
 
 #if !defined(RF_MATRIX_SHM) && !defined(RF_MATRIX_RDMA_FAKE)  // the rest: once, over loopback
