@@ -30,7 +30,8 @@ alignas(64) unsigned char gOutput[kBufferBytes];
 
 size_t elementBytes(int dtype) {
   switch (dtype) {
-    case RINGFOLD_INT8: case RINGFOLD_UINT8: case RINGFOLD_BOOL: return 1;
+    case RINGFOLD_INT8: case RINGFOLD_UINT8: case RINGFOLD_BOOL:
+    case RINGFOLD_FLOAT8_E4M3: case RINGFOLD_FLOAT8_E5M2: return 1;
     case RINGFOLD_FLOAT16: case RINGFOLD_BFLOAT16: return 2;
     case RINGFOLD_INT32: case RINGFOLD_UINT32: case RINGFOLD_FLOAT32: return 4;
     case RINGFOLD_INT64: case RINGFOLD_UINT64: case RINGFOLD_FLOAT64: return 8;
@@ -89,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   op.name = named ? name.c_str() : nullptr;
 
   ringfold_tensor_t tensor{};
-  tensor.dtype = in.ConsumeIntegralInRange<int>(-1, 12);
+  tensor.dtype = in.ConsumeIntegralInRange<int>(-1, RINGFOLD_FLOAT8_E5M2 + 1);
   tensor.device = in.ConsumeBool() ? RINGFOLD_CPU_DEVICE : in.ConsumeIntegralInRange<int>(-3, 3);
   tensor.stream = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? reinterpret_cast<void*>(0x1000) : nullptr;
   tensor.ndim = in.ConsumeIntegralInRange<int>(-1, 6);
