@@ -18,30 +18,34 @@ bool RdmaRequest::test() { return liveness::testFor(*device_, state_.done); }
 
 void RdmaRequest::wait(std::chrono::milliseconds timeout) { device_->wait(state_, timeout); }
 
+void prepareRequest(DeviceState& device, Peer* peer, RequestState& r, bool isSend, std::byte* data, size_t length,
+                    uint64_t tag, uint64_t check, RegistrationCache::Entry* own) {
+  r.isSend = isSend;
+  r.peer = peer;
+  r.data = data;
+  r.length = length;
+  r.tag = tag;
+  r.check = check;
+  const bool needed = isSend ? peer->sendNeedsRegistration(length) : peer->recvNeedsRegistration(length);
+  if (!needed || length == 0) return;
+  if (own != nullptr) {
+    r.entry = own;
+    r.reg = &own->registration();
+  }
+  device.registerFor(r);
+}
+
 std::unique_ptr<RdmaRequest> RdmaConnection::start(const transport::MemoryRegion& region, size_t offset, size_t length,
                                                    uint64_t tag, uint64_t check, bool isSend) {
   checkRange(region, offset, length, isSend ? "isend" : "irecv");
   if (device_->poisoned()) device_->throwPoison();
   auto req = std::make_unique<RdmaRequest>(device_);
-  RequestState& r = req->state();
-  r.isSend = isSend;
-  r.peer = peer_;
-  r.data = static_cast<std::byte*>(region.data()) + offset;
-  r.length = length;
-  r.tag = tag;
-  r.check = check;
-  const bool needed = isSend ? peer_->sendNeedsRegistration(length) : peer_->recvNeedsRegistration(length);
-  if (needed && length > 0) {
-    // The region's own registration when it is one of this device's, else one for these bytes.
-    auto* own = dynamic_cast<const rdma::MemoryRegion*>(&region);
-    if (own != nullptr && own->belongsTo(*device_)) {
-      if (RegistrationCache::Entry* e = own->entry()) {
-        r.entry = e;
-        r.reg = &e->registration();
-      }
-    }
-    device_->registerFor(r);
-  }
+  // The region's own registration when it is one of this device's, else one for these bytes.
+  RegistrationCache::Entry* own = nullptr;
+  auto* mine = dynamic_cast<const rdma::MemoryRegion*>(&region);
+  if (mine != nullptr && mine->belongsTo(*device_)) own = mine->entry();
+  prepareRequest(*device_, peer_, req->state(), isSend, static_cast<std::byte*>(region.data()) + offset, length, tag,
+                 check, own);
   return req;
 }
 

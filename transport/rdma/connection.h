@@ -28,6 +28,9 @@ struct RequestState {
   std::byte* data = nullptr;
   size_t length = 0;
   uint64_t tag = 0, check = 0;
+  // A receive that takes a message of at most `length` bytes (PairLink's irecv); `length`
+  // becomes the message's once it is matched.
+  bool upTo = false;
   // A registration covering [data, data + length), when the request needs one: the region's
   // own, or `owned`, acquired for this request and released when it ends.
   const Registration* reg = nullptr;
@@ -37,6 +40,12 @@ struct RequestState {
   bool posted = false;
   bool done = false;
 };
+
+// Fills `r` for a request of [data, data + length) with `peer`, and finds the registration the
+// protocol needs for it (protocol.h: rendezvous, eager sends without a copy): `own`, a region's
+// registration covering the bytes, or one from the device's cache. Throws what registering throws.
+void prepareRequest(DeviceState& device, Peer* peer, RequestState& r, bool isSend, std::byte* data, size_t length,
+                    uint64_t tag, uint64_t check, RegistrationCache::Entry* own);
 
 class RdmaRequest final : public Request {
  public:

@@ -7,6 +7,8 @@
 //   memory_region.{h,cc}     rdma::MemoryRegion: a region holding a cached registration
 //   registration_cache.{h,cc} the registrations, reused by page-aligned range (LRU budget)
 //   device_state.{h,cc}      DeviceState, shared by the three: start-up, progress, wait, failure
+//   pair.{h,cc}              PairLink: one link to one peer, started over a caller's socket
+//                            instead of the store (the NCCL net plugin's rdma carrier)
 //   peer.{h,cc}              the protocol with one peer (rings, credits, matching, rendezvous);
 //   peer_receive.cc          its receiving side (slots in order, matching, clear to send, bounces)
 //   protocol.h, wire.h       the protocol in prose, and its wire format

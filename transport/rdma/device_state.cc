@@ -84,34 +84,13 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
   RF_ENFORCE(spec.peers.empty() || spec.peers.size() == static_cast<size_t>(spec.size), "connectAll: ",
              spec.peers.size(), " peer flags for ", spec.size, " ranks");
   RF_ENFORCE(spec.rank >= 0 && spec.rank < spec.size, "connectAll: rank ", spec.rank, " of ", spec.size);
-  RF_ENFORCE(!connected_, "connectAll() may be called once per device");
-  RF_ENFORCE(!closed_, "the device was destroyed");
-  connected_ = true;
-  rank_ = spec.rank;
   const int size = spec.size;
   const Clock::time_point deadline = Clock::now() + spec.timeout;
   std::vector<int> selected;
   for (int p = 0; p < size; ++p) {
-    if (p != rank_ && (spec.peers.empty() || spec.peers[p])) selected.push_back(p);
+    if (p != spec.rank && (spec.peers.empty() || spec.peers[p])) selected.push_back(p);
   }
-  peers_.resize(size);
-  std::vector<Peer*> out(size, nullptr);
-  std::ostringstream blob;
-  if (!selected.empty()) {
-    fabric_ = options_.opened ? options_.opened : std::shared_ptr<Fabric>(openFabric(options_.fabric, rank_, size));
-    ordered_ = fabric_->writesOrdered();
-    cache_ = std::make_unique<RegistrationCache>(*fabric_, tuning_.regCacheBytes);
-  }
-  blob << "ringfold-rdma 1 " << (fabric_ ? fabric_->kind() : "none") << ' ' << (ordered_ ? 1 : 0) << ' ' << rank_
-       << ' ' << size << '\n';
-  for (int p : selected) {
-    peers_[p] = std::make_unique<Peer>(*this, p);
-    peers_[p]->createRing(tuning_.slots, tuning_.slotBytes);
-    const RingAddress r = peers_[p]->ring();
-    blob << p << ' ' << r.slots << ' ' << r.slotBytes << ' ' << r.address << ' ' << r.rkey << ' '
-         << hex(fabric_->localAddress(p)) << '\n';
-  }
-  const std::string text = blob.str();
+  const std::string text = begin(spec.rank, size, selected);
   spec.store->set(spec.prefix + "/addr/" + std::to_string(rank_), std::vector<uint8_t>(text.begin(), text.end()));
 
   // Each selected peer's blob: its address and ring for this rank.
@@ -123,42 +102,15 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
       RF_THROW(TimeoutError, "rdma: rank ", p, " did not publish its address within ", seconds(spec.timeout),
                " s (", e.what(), ")");
     }
-    std::istringstream in(std::string(bytes.begin(), bytes.end()));
-    std::string magic, version, kind;
-    int ordered = -1, theirRank = -1, theirSize = -1;
-    in >> magic >> version >> kind >> ordered >> theirRank >> theirSize;
-    RF_ENFORCE(magic == "ringfold-rdma" && version == "1" && theirRank == p && theirSize == size, "rdma: rank ", p,
-               " published an address this rank cannot read (another ringfold version, or another job?)");
-    if (kind != fabric_->kind() || ordered != (ordered_ ? 1 : 0)) {
-      RF_THROW(Error, "rdma: rank ", p, " uses the ", kind, (ordered ? " (ordered)" : " (unordered)"),
-               " fabric and rank ", rank_, " the ", fabric_->kind(), (ordered_ ? " (ordered)" : " (unordered)"),
-               " one: every rank must use the same RINGFOLD_RDMA_FABRIC and provider");
-    }
-    bool found = false;
-    int q;
-    RingAddress ring;
-    std::string address;
-    while (in >> q >> ring.slots >> ring.slotBytes >> ring.address >> ring.rkey >> address) {
-      if (q != rank_) continue;
-      found = true;
-      break;
-    }
-    if (!found) {
-      RF_THROW(Error, "rdma: rank ", p, " did not select rank ", rank_,
-               " as a peer while rank ", rank_, " selected it (the ranks disagree on which pairs use rdma)");
-    }
-    fabric_->insertPeer(p, unhex(address));
-    peers_[p]->setRemote(ring);
-    out[p] = peers_[p].get();
+    insert(p, std::string(bytes.begin(), bytes.end()));
   }
-  std::vector<bool> linked(size, false);
-  for (int p : selected) linked[p] = true;
-  monitor_->attach(*this, rank_, size, linked);
+  linked();
+  std::vector<Peer*> out(size, nullptr);
+  for (int p : selected) out[p] = peers_[p].get();
   if (selected.empty()) return out;
 
   // Every pair is inserted at this end; a peer's first write comes only once it says the same.
   spec.store->set(spec.prefix + "/ready/" + std::to_string(rank_), std::vector<uint8_t>{'1'});
-  const std::string hello = detail::concat("ringfold-rdma ", rank_, " ", processIdentity().empty() ? "-" : processIdentity());
   for (int p : selected) {
     try {
       spec.store->get(spec.prefix + "/ready/" + std::to_string(p), left(deadline));
@@ -166,13 +118,89 @@ std::vector<Peer*> DeviceState::connect(const ConnectSpec& spec) {
       RF_THROW(TimeoutError, "rdma: rank ", p, " did not get ready within ", seconds(spec.timeout), " s (", e.what(),
                ")");
     }
-    peers_[p]->start(hello);
+    greet(p);
   }
   waitForHellos(selected, deadline);
-  RF_LOG(kInfo) << "rdma: rank " << rank_ << " connected to " << selected.size() << " peers over "
-                 << fabric_->describe() << " (" << fabric_->lanes() << " lanes, "
-                 << (ordered_ ? "ordered" : "unordered") << ")";
   return out;
+}
+
+std::string DeviceState::begin(int rank, int size, const std::vector<int>& selected) {
+  RF_ENFORCE(rank >= 0 && rank < size, "rdma: rank ", rank, " of ", size);
+  RF_ENFORCE(!connected_, "connectAll() may be called once per device");
+  RF_ENFORCE(!closed_, "the device was destroyed");
+  connected_ = true;
+  rank_ = rank;
+  peers_.resize(size);
+  std::ostringstream blob;
+  if (!selected.empty()) {
+    fabric_ = options_.opened ? options_.opened : std::shared_ptr<Fabric>(openFabric(options_.fabric, rank_, size));
+    ordered_ = fabric_->writesOrdered();
+    cache_ = std::make_unique<RegistrationCache>(*fabric_, tuning_.regCacheBytes);
+  }
+  blob << "ringfold-rdma 1 " << (fabric_ ? fabric_->kind() : "none") << ' ' << (ordered_ ? 1 : 0) << ' ' << rank_
+       << ' ' << size << '\n';
+  for (int p : selected) {
+    RF_ENFORCE(p >= 0 && p < size && p != rank_, "rdma: no peer ", p, " for rank ", rank_, " of ", size);
+    peers_[p] = std::make_unique<Peer>(*this, p);
+    peers_[p]->createRing(tuning_.slots, tuning_.slotBytes);
+    const RingAddress r = peers_[p]->ring();
+    blob << p << ' ' << r.slots << ' ' << r.slotBytes << ' ' << r.address << ' ' << r.rkey << ' '
+         << hex(fabric_->localAddress(p)) << '\n';
+  }
+  return blob.str();
+}
+
+void DeviceState::insert(int p, const std::string& text) {
+  RF_ENFORCE(p >= 0 && p < static_cast<int>(peers_.size()) && peers_[p], "rdma: rank ", p,
+             " is not a selected peer of rank ", rank_);
+  std::istringstream in(text);
+  std::string magic, version, kind;
+  int ordered = -1, theirRank = -1, theirSize = -1;
+  in >> magic >> version >> kind >> ordered >> theirRank >> theirSize;
+  const int size = static_cast<int>(peers_.size());
+  RF_ENFORCE(magic == "ringfold-rdma" && version == "1" && theirRank == p && theirSize == size, "rdma: rank ", p,
+             " published an address this rank cannot read (another ringfold version, or another job?)");
+  if (kind != fabric_->kind() || ordered != (ordered_ ? 1 : 0)) {
+    RF_THROW(Error, "rdma: rank ", p, " uses the ", kind, (ordered ? " (ordered)" : " (unordered)"),
+             " fabric and rank ", rank_, " the ", fabric_->kind(), (ordered_ ? " (ordered)" : " (unordered)"),
+             " one: every rank must use the same RINGFOLD_RDMA_FABRIC and provider");
+  }
+  bool found = false;
+  int q;
+  RingAddress ring;
+  std::string address;
+  while (in >> q >> ring.slots >> ring.slotBytes >> ring.address >> ring.rkey >> address) {
+    if (q != rank_) continue;
+    found = true;
+    break;
+  }
+  if (!found) {
+    RF_THROW(Error, "rdma: rank ", p, " did not select rank ", rank_,
+             " as a peer while rank ", rank_, " selected it (the ranks disagree on which pairs use rdma)");
+  }
+  fabric_->insertPeer(p, unhex(address));
+  peers_[p]->setRemote(ring);
+}
+
+void DeviceState::linked() {
+  std::vector<bool> linked(peers_.size(), false);
+  for (size_t p = 0; p < peers_.size(); ++p) linked[p] = peers_[p] != nullptr;
+  monitor_->attach(*this, rank_, static_cast<int>(peers_.size()), linked);
+}
+
+void DeviceState::greet(int p) {
+  RF_ENFORCE(p >= 0 && p < static_cast<int>(peers_.size()) && peers_[p], "rdma: rank ", p,
+             " is not a selected peer of rank ", rank_);
+  const std::string hello =
+      detail::concat("ringfold-rdma ", rank_, " ", processIdentity().empty() ? "-" : processIdentity());
+  peers_[p]->start(hello);
+}
+
+bool DeviceState::greeted(int p) const { return peers_[p] && peers_[p]->helloDone(); }
+
+void DeviceState::logConnected(size_t peers) const {
+  RF_LOG(kInfo) << "rdma: rank " << rank_ << " connected to " << peers << " peers over " << fabric_->describe()
+                << " (" << fabric_->lanes() << " lanes, " << (ordered_ ? "ordered" : "unordered") << ")";
 }
 
 void DeviceState::waitForHellos(const std::vector<int>& peers, Clock::time_point deadline) {
@@ -180,7 +208,10 @@ void DeviceState::waitForHellos(const std::vector<int>& peers, Clock::time_point
   for (;;) {
     progress();
     auto missing = std::find_if(peers.begin(), peers.end(), [&](int p) { return !peers_[p]->helloDone(); });
-    if (missing == peers.end()) return;  // connected (a peer's abort then fails the requests)
+    if (missing == peers.end()) {  // connected (a peer's abort then fails the requests)
+      logConnected(peers.size());
+      return;
+    }
     if (poisoned()) throwPoison();
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {

@@ -61,6 +61,22 @@ class DeviceState final : private liveness::Links {
   // `rank` and at peers not selected).
   std::vector<Peer*> connect(const ConnectSpec& spec);
 
+  // Start-up in steps, for a caller that carries the blobs its own way without blocking
+  // (PairLink: over one socket); connect() runs them over the store. In this order:
+  //   begin(rank, size, selected): opens the fabric and makes a ring per selected peer; returns
+  //     this rank's blob for them (protocol.h, start-up). Once per device.
+  //   insert(p, blob): peer p's blob; throws Error when this rank cannot use it.
+  //   linked(): every selected peer's blob is in (the liveness monitor learns the pairs).
+  //   greet(p): p has inserted this rank's blob too: the hello to p may go.
+  //   greeted(p): p's hello arrived and this rank's landed (progress() drives it).
+  std::string begin(int rank, int size, const std::vector<int>& selected);
+  void insert(int peer, const std::string& blob);
+  void linked();
+  void greet(int peer);
+  bool greeted(int peer) const;
+  void logConnected(size_t peers) const;
+  Peer* peer(int p) const { return p >= 0 && p < static_cast<int>(peers_.size()) ? peers_[p].get() : nullptr; }
+
   int rank() const { return rank_; }
   const Tuning& tuning() const { return tuning_; }
   Fabric& fabric() { return *fabric_; }

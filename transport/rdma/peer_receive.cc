@@ -283,9 +283,13 @@ void Peer::deliverEager(RequestState& r, const SlotHeader& h, const std::byte* p
   finish(r);
 }
 
-// Length or check differ: fail here and tell the sender (its device fails the same way).
+// Length or check differ (for an up-to receive: the message is longer): fail here and tell the
+// sender (its device fails the same way).
 bool Peer::mismatch(RequestState& r, const SlotHeader& h) {
-  if (r.length == h.length && r.check == h.check) return false;
+  if ((r.upTo ? h.length <= r.length : h.length == r.length) && r.check == h.check) {
+    r.length = h.length;
+    return false;
+  }
   SlotHeader c;
   c.type = typeOf(SlotType::kCts);
   c.status = static_cast<uint16_t>(wire::CtsStatus::kMismatch);
