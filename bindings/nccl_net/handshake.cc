@@ -55,8 +55,12 @@ bool validHandle(const Handle& h, std::string* why) {
     if (why) *why = "not a ringfold handle (wrong magic)";
     return false;
   }
-  if (h.version != 1) {
-    if (why) *why = detail::concat("handle version ", h.version, " (this plugin speaks 1)");
+  if (h.version != 2) {
+    if (why) *why = detail::concat("handle version ", h.version, " (this plugin speaks 2)");
+    return false;
+  }
+  if (h.carrier != static_cast<uint16_t>(Carrier::kTcp) && h.carrier != static_cast<uint16_t>(Carrier::kRdma)) {
+    if (why) *why = detail::concat("handle names carrier ", h.carrier, " (0: tcp, 1: rdma)");
     return false;
   }
   if (h.sockets < 1 || h.sockets > kMaxSockets) {
@@ -78,7 +82,10 @@ void setBlocking(int fd) {
 
 // ---- Listener ------------------------------------------------------------------------------
 
-Listener::Listener(const std::string& address, int sockets, std::chrono::milliseconds timeout) : timeout_(timeout) {
+const char* carrierName(Carrier c) { return c == Carrier::kRdma ? "rdma" : "tcp"; }
+
+Listener::Listener(const std::string& address, int sockets, std::chrono::milliseconds timeout, Carrier carrier)
+    : timeout_(timeout) {
   RF_ENFORCE(sockets >= 1 && sockets <= kMaxSockets, "sockets per connection: ", sockets, " (1 to ", kMaxSockets, ")");
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -90,8 +97,9 @@ Listener::Listener(const std::string& address, int sockets, std::chrono::millise
   socklen_t len = sizeof(sa);
   RF_CHECK_ERRNO(::getsockname(listen_.fd(), reinterpret_cast<sockaddr*>(&sa), &len), "getsockname");
   handle_.magic = kHandleMagic;
-  handle_.version = 1;
+  handle_.version = 2;
   handle_.sockets = static_cast<uint16_t>(sockets);
+  handle_.carrier = static_cast<uint16_t>(carrier);
   handle_.address = sa.sin_addr.s_addr;
   handle_.port = sa.sin_port;
   randomBytes(handle_.secret, kSecretBytes);

@@ -38,14 +38,20 @@ constexpr uint32_t kAckMagic = 0x52464e41;     // "RFNA"
 constexpr size_t kSecretBytes = 32;
 constexpr int kMaxSockets = 64;
 
+// What carries a connection's data once the handshake is done: tcp_uring over the handshaken
+// sockets, or the rdma transport (the one socket then only carries its start-up and heartbeat).
+// The listener decides, and the connector follows its handle.
+enum class Carrier : uint16_t { kTcp = 0, kRdma = 1 };
+const char* carrierName(Carrier c);
+
 // What NCCL carries from listen() to connect(), in its opaque handle (first 48 of 128 bytes).
 struct Handle {
   uint32_t magic;
-  uint16_t version;  // 1
+  uint16_t version;  // 2 (1: before the carrier)
   uint16_t sockets;  // TCP connections this connection uses
   uint32_t address;  // IPv4, network order
   uint16_t port;     // network order
-  uint16_t reserved;
+  uint16_t carrier;  // Carrier
   uint8_t secret[kSecretBytes];
 };
 static_assert(sizeof(Handle) == 48);
@@ -70,8 +76,10 @@ static_assert(sizeof(Ack) == 16);
 // The receiving side: a listening socket and the sockets presented to it.
 class Listener {
  public:
-  // Listens on `address` (dotted IPv4) at a free port; the connection will use `sockets` sockets.
-  Listener(const std::string& address, int sockets, std::chrono::milliseconds timeout);
+  // Listens on `address` (dotted IPv4) at a free port; the connection will use `sockets` sockets
+  // and `carrier`.
+  Listener(const std::string& address, int sockets, std::chrono::milliseconds timeout,
+           Carrier carrier = Carrier::kTcp);
   const Handle& handle() const { return handle_; }
   std::optional<std::vector<Socket>> poll();
 
@@ -121,7 +129,8 @@ class Connector {
 // 32 random bytes from the kernel (getrandom); throws Error if it fails.
 void randomBytes(void* out, size_t n);
 
-// Whether a handle looks like one of ours (magic, version, socket count); `why` says what not.
+// Whether a handle looks like one of ours (magic, version, socket count, carrier); `why` says
+// what not.
 bool validHandle(const Handle& handle, std::string* why);
 
 // `fd` back to blocking mode (tcp_uring's sockets are).

@@ -17,6 +17,8 @@
 #include "common/logging.h"
 #include "common/params.h"
 #include "transport/connection.h"
+#include "transport/rdma/fabric.h"
+#include "transport/rdma/pair.h"
 #include "transport/tcp_uring/device.h"
 #include "transport/tcp_uring/interfaces.h"
 #include "transport/tcp_uring/pair.h"
@@ -24,6 +26,7 @@
 namespace ringfold::ncclnet {
 
 namespace tcp = transport::tcp_uring;
+namespace rdma = transport::rdma;
 
 namespace {
 
@@ -39,15 +42,32 @@ std::mutex gInitMutex;                  // init
 std::atomic<bool> gInitialized{false};  // set last in init, after gDevices
 std::vector<DeviceInfo> gDevices;
 
+// An rdma connection being set up: its socket (start-up and heartbeat) and its link.
+struct RdmaStart {
+  Socket socket;
+  std::unique_ptr<rdma::PairLink> link;
+  RdmaStart(Socket s, int rank)
+      : socket(std::move(s)), link(std::make_unique<rdma::PairLink>(socket.fd(), rank, params::kTimeout.asSeconds())) {}
+  ~RdmaStart() { link.reset(); }  // before the socket closes
+};
+
 struct ListenComm {
   uint32_t magic = kListenMagic;
   int dev = 0;
+  Carrier carrier;
   Listener listener;
+  std::unique_ptr<RdmaStart> starting;  // accept() of an rdma connection, until its link is up
   ListenComm(int d, const DeviceInfo& info)
-      : dev(d), listener(info.address, info.sockets, params::kTimeout.asSeconds()) {}
+      : dev(d), carrier(info.carrier), listener(info.address, info.sockets, params::kTimeout.asSeconds(), info.carrier) {}
 };
 
 struct Comm;
+
+// One buffer of a request: the transport's request and where it keeps the message's length.
+struct Part {
+  std::unique_ptr<transport::Request> req;
+  const size_t* length = nullptr;
+};
 
 struct Request {
   uint32_t magic = kRequestMagic;
@@ -55,15 +75,37 @@ struct Request {
   bool inUse = false;
   bool flush = false;
   int n = 0;
-  std::unique_ptr<tcp::TcpRequest> parts[kMaxRecvs];
+  Part parts[kMaxRecvs];
 };
 
 struct Comm {
   uint32_t magic = kCommMagic;
   bool isSend = false;
-  std::unique_ptr<tcp::PairLink> link;
+  std::unique_ptr<tcp::PairLink> link;  // tcp, or
+  std::unique_ptr<RdmaStart> rdma;      // rdma (its link is up)
   std::vector<std::unique_ptr<Request>> all;  // every request this comm made, reused
   std::vector<Request*> free;
+
+  Part send(void* data, size_t size, uint64_t tag) {
+    if (rdma) {
+      auto r = rdma->link->isend(data, size, tag);
+      const size_t* length = &r->state().length;
+      return {std::move(r), length};
+    }
+    auto r = link->isend(data, size, tag);
+    const size_t* length = &r->state().length;
+    return {std::move(r), length};
+  }
+  Part receive(void* data, size_t size, uint64_t tag) {
+    if (rdma) {
+      auto r = rdma->link->irecv(data, size, tag);
+      const size_t* length = &r->state().length;
+      return {std::move(r), length};
+    }
+    auto r = link->irecv(data, size, tag);
+    const size_t* length = &r->state().length;
+    return {std::move(r), length};
+  }
 
   Request* take() {
     Request* r;
@@ -81,7 +123,7 @@ struct Comm {
     return r;
   }
   void give(Request* r) {
-    for (int i = 0; i < r->n; ++i) r->parts[i].reset();
+    for (int i = 0; i < r->n; ++i) r->parts[i] = Part{};
     r->inUse = false;
     r->n = 0;
     free.push_back(r);
@@ -90,10 +132,11 @@ struct Comm {
     // Requests first: a pending one poisons and settles the link, so no kernel op still
     // touches NCCL's buffers once close returns.
     for (auto& r : all) {
-      for (auto& p : r->parts) p.reset();
+      for (auto& p : r->parts) p = Part{};
       r->magic = kDeadMagic;
     }
     link.reset();
+    rdma.reset();
     magic = kDeadMagic;
   }
 };
@@ -110,7 +153,8 @@ struct MemHandle {
 struct Stage {
   uint32_t magic;
   uint32_t reserved;
-  Connector* connector;
+  Connector* connector;  // until the sockets are in, then
+  RdmaStart* rdma;       // an rdma connection until its link is up (null: tcp)
 };
 constexpr size_t kStageOffset = 64;
 static_assert(kStageOffset >= sizeof(Handle) && kStageOffset + sizeof(Stage) <= kHandleMaxSize);
@@ -161,6 +205,28 @@ std::string pciPathOf(const std::string& ifname) {
   return resolved;
 }
 
+// What carries the connections (RINGFOLD_NCCL_NET_TRANSPORT); `note` says why auto chose tcp.
+Carrier chooseCarrier(std::string& note) {
+  const std::string want = params::kNcclNetTransport.str();
+  RF_ENFORCE(want == "auto" || want == "tcp" || want == "rdma", params::kNcclNetTransport.name, "='", want,
+             "' is not a transport; use auto, tcp or rdma");
+  if (want == "tcp") return Carrier::kTcp;
+  std::string why;
+  if (want == "auto" && rdma::hardwareFabric(why).empty()) {
+    note = "no RDMA hardware (" + why + ")";
+    return Carrier::kTcp;
+  }
+  if (!rdma::fabricUsable(params::kRdmaFabric.str(), why)) {
+    if (want == "auto") {
+      note = "RDMA hardware, but " + params::kRdmaFabric.str() + " cannot use it (" + why + ")";
+      return Carrier::kTcp;
+    }
+    RF_THROW(Error, params::kNcclNetTransport.name, "=rdma, but no RDMA fabric is usable here (",
+             params::kRdmaFabric.name, "=", params::kRdmaFabric.str(), "): ", why);
+  }
+  return Carrier::kRdma;
+}
+
 // Which interface the plugin uses (plugin.h; docs/nccl_net.md): RINGFOLD_SOCKET_IFNAME or
 // NCCL_SOCKET_IFNAME when set (NCCL syntax), else the first non-loopback interface that is up
 // and not docker*, else loopback.
@@ -208,6 +274,8 @@ DeviceInfo chooseDevice() {
                                                       : static_cast<int>(params::kSocketsPerPeer.asInt());
   RF_ENFORCE(d.sockets >= 1 && d.sockets <= kMaxSockets, params::kSocketsPerPeer.name, "=", d.sockets,
              " must be auto or between 1 and ", kMaxSockets);
+  d.carrier = chooseCarrier(d.carrierNote);
+  if (d.carrier == Carrier::kRdma) d.sockets = 1;  // start-up and heartbeat only
   return d;
 }
 
@@ -241,11 +309,18 @@ Result init(Logger logger) {
                                                 "connection from more than one thread); use auto, coop or plain"));
     }
     DeviceInfo d = chooseDevice();
-    // Fails here, not later, when io_uring is unusable (old kernel, sysctl, seccomp): NCCL then
-    // falls back to its own transports.
-    tcp::createDevice(tcp::Options{});
-    log(kLogInfo, detail::concat("NET/ringfold: using ", d.name, " (", d.address, "), ", d.sockets,
-                                 " TCP socket(s) per connection over io_uring, ", d.speedMbps, " Mbit/s"));
+    if (d.carrier == Carrier::kTcp) {
+      // Fails here, not later, when io_uring is unusable (old kernel, sysctl, seccomp): NCCL then
+      // falls back to its own transports.
+      tcp::createDevice(tcp::Options{});
+      log(kLogInfo, detail::concat("NET/ringfold: using ", d.name, " (", d.address, "), ", d.sockets,
+                                   " TCP socket(s) per connection over io_uring, ", d.speedMbps, " Mbit/s",
+                                   d.carrierNote.empty() ? "" : "; not rdma: ", d.carrierNote));
+    } else {
+      log(kLogInfo, detail::concat("NET/ringfold: using rdma (", params::kRdmaFabric.name, "=",
+                                   params::kRdmaFabric.str(), "), connections set up over ", d.name, " (",
+                                   d.address, "), ", d.speedMbps, " Mbit/s"));
+    }
     gDevices = {d};
     gInitialized = true;
     return kSuccess;
@@ -286,28 +361,53 @@ Result connect(int dev, void* handle, void** sendComm) {
     *sendComm = nullptr;
     device(dev);
     auto* stage = reinterpret_cast<Stage*>(static_cast<char*>(handle) + kStageOffset);
+    Handle h;
+    std::memcpy(&h, handle, sizeof(h));
     if (stage->magic != kStageMagic) {
-      Handle h;
-      std::memcpy(&h, handle, sizeof(h));
       auto c = std::make_unique<Connector>(h, params::kTimeout.asSeconds());  // throws on a bad handle
       stage->connector = c.release();
+      stage->rdma = nullptr;
       stage->magic = kStageMagic;
     }
-    Connector* connector = stage->connector;
-    std::optional<std::vector<Socket>> sockets;
-    try {
-      sockets = connector->poll();
-    } catch (...) {
-      stage->magic = 0;
-      delete connector;
-      throw;
-    }
-    if (!sockets) return kSuccess;  // NCCL calls again
-    stage->magic = 0;
-    delete connector;
     auto comm = std::make_unique<Comm>();
     comm->isSend = true;
-    comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 1);
+    if (stage->rdma == nullptr) {
+      Connector* connector = stage->connector;
+      std::optional<std::vector<Socket>> sockets;
+      try {
+        sockets = connector->poll();
+      } catch (...) {
+        stage->magic = 0;
+        delete connector;
+        throw;
+      }
+      if (!sockets) return kSuccess;  // NCCL calls again
+      delete connector;
+      stage->connector = nullptr;
+      if (h.carrier == static_cast<uint16_t>(Carrier::kTcp)) {
+        stage->magic = 0;
+        comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 1);
+        *sendComm = comm.release();
+        return kSuccess;
+      }
+      try {
+        stage->rdma = new RdmaStart(std::move((*sockets)[0]), 1);
+      } catch (...) {
+        stage->magic = 0;
+        throw;
+      }
+    }
+    bool up = false;
+    try {
+      up = stage->rdma->link->poll();
+    } catch (...) {
+      stage->magic = 0;
+      delete stage->rdma;
+      throw;
+    }
+    if (!up) return kSuccess;  // NCCL calls again
+    stage->magic = 0;
+    comm->rdma.reset(stage->rdma);
     *sendComm = comm.release();
     return kSuccess;
   });
@@ -319,11 +419,27 @@ Result accept(void* listenComm, void** recvComm) {
     RF_ENFORCE(l != nullptr && l->magic == kListenMagic, "accept: not a live listen comm of this plugin");
     RF_ENFORCE(recvComm != nullptr, "null recvComm");
     *recvComm = nullptr;
-    std::optional<std::vector<Socket>> sockets = l->listener.poll();
-    if (!sockets) return kSuccess;  // NCCL calls again
     auto comm = std::make_unique<Comm>();
     comm->isSend = false;
-    comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 0);
+    if (!l->starting) {
+      std::optional<std::vector<Socket>> sockets = l->listener.poll();
+      if (!sockets) return kSuccess;  // NCCL calls again
+      if (l->carrier == Carrier::kTcp) {
+        comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 0);
+        *recvComm = comm.release();
+        return kSuccess;
+      }
+      l->starting = std::make_unique<RdmaStart>(std::move((*sockets)[0]), 0);
+    }
+    bool up = false;
+    try {
+      up = l->starting->link->poll();
+    } catch (...) {
+      l->starting.reset();
+      throw;
+    }
+    if (!up) return kSuccess;  // NCCL calls again
+    comm->rdma = std::move(l->starting);
     *recvComm = comm.release();
     return kSuccess;
   });
@@ -371,7 +487,7 @@ Result isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, vo
     *request = nullptr;
     Request* r = c->take();
     try {
-      r->parts[0] = c->link->isend(data, size, static_cast<uint64_t>(static_cast<uint32_t>(tag)));
+      r->parts[0] = c->send(data, size, static_cast<uint64_t>(static_cast<uint32_t>(tag)));
       r->n = 1;
     } catch (...) {
       c->give(r);
@@ -394,7 +510,7 @@ Result irecv(void* recvComm, int n, void** data, const size_t* sizes, const int*
     Request* r = c->take();
     try {
       for (int i = 0; i < n; ++i) {
-        r->parts[i] = c->link->irecv(data[i], sizes[i], static_cast<uint64_t>(static_cast<uint32_t>(tags[i])));
+        r->parts[i] = c->receive(data[i], sizes[i], static_cast<uint64_t>(static_cast<uint32_t>(tags[i])));
         r->n = i + 1;
       }
     } catch (...) {
@@ -425,14 +541,15 @@ Result test(void* request, int* done, int* sizes) {
     *done = 0;
     Comm* c = r->comm;
     if (!r->flush) {
+      if (c->rdma) c->rdma->link->progress();  // and the heartbeat (rdma/pair.h)
       for (int i = 0; i < r->n; ++i) {
-        if (!r->parts[i]->test()) {
+        if (!r->parts[i].req->test()) {
           // Keep the other parts' sockets moving too: one progress round covers them all.
           return kSuccess;
         }
       }
       if (sizes != nullptr) {
-        for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(r->parts[i]->state().length);
+        for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(*r->parts[i].length);
       }
     }
     *done = 1;

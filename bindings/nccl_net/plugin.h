@@ -3,14 +3,19 @@
 //
 // Objects handed to NCCL (all opaque to it):
 //   ListenComm  a Listener (handshake.h); accept() polls it until the sender's sockets are in.
-//   Comm        one direction of one connection: a tcp_uring PairLink over the handshaken
-//               sockets (receiver rank 0, sender rank 1), and a pool of Requests.
-//   Request     an isend, a grouped irecv of up to kMaxRecvs buffers (one tcp_uring receive per
-//               buffer, tag by tag: tcp_uring matches by tag in message order, which is NCCL's
-//               rule), or a flush (always complete: host memory needs none).
+//   Comm        one direction of one connection (receiver rank 0, sender rank 1), carried as the
+//               listener's RINGFOLD_NCCL_NET_TRANSPORT chose (the handle says which): a
+//               tcp_uring PairLink over the handshaken sockets, or an rdma PairLink
+//               (transport/rdma/pair.h) set up over the one handshaken socket, which then
+//               stays open as the peer's heartbeat; and a pool of Requests.
+//   Request     an isend, a grouped irecv of up to kMaxRecvs buffers (one transport receive per
+//               buffer, tag by tag: both transports match by tag in message order, which is
+//               NCCL's rule), or a flush (always complete: host memory needs none).
 //   MemHandle   what regMr returns: the range and its type (host only).
 // In-progress connects live in the caller's handle buffer (NCCL calls connect() again with the
-// same handle until a comm comes back), as NCCL's own socket transport does.
+// same handle until a comm comes back), as NCCL's own socket transport does; an rdma
+// connection's start-up (its blobs, then its hellos) also runs across those calls, and across
+// accept() calls on the listening side, so neither ever blocks.
 //
 // Errors: no exception leaves this layer. IoError (the peer died, reset, sent ABORT, or the
 // kernel gave up after RINGFOLD_TIMEOUT of unacknowledged data) -> kRemoteError; a message
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <string>
 
+#include "bindings/nccl_net/handshake.h"
 #include "bindings/nccl_net/net_api.h"
 
 namespace ringfold::ncclnet {
@@ -41,6 +47,8 @@ struct DeviceInfo {
   std::string pciPath;  // realpath of /sys/class/net/<name>/device; empty for a virtual one
   int speedMbps = 0;
   int sockets = 1;  // TCP connections per plugin connection
+  Carrier carrier = Carrier::kTcp;  // RINGFOLD_NCCL_NET_TRANSPORT's choice
+  std::string carrierNote;          // why auto chose tcp
 };
 
 Result init(Logger logger);

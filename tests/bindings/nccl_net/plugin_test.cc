@@ -27,10 +27,38 @@ namespace {
 
 constexpr auto kRoleDeadline = 60s;
 
-// Every child starts from here: loopback, and the plugin initialized in this process.
+// What carries the connections of the roles forked next: "tcp" or "rdma" (RINGFOLD_NCCL_NET_
+// TRANSPORT; rdma over libfabric's tcp;ofi_rxm on loopback, the RDMA protocol without RDMA
+// hardware).
+const char* gCarrier = "tcp";
+
+// Why the rdma carrier cannot run here ("" when it can): it needs libfabric.
+std::string rdmaMissing() {
+  void* lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return "libfabric.so.1 is not installed (the rdma carrier runs over libfabric's tcp;ofi_rxm here)";
+  dlclose(lib);
+  return "";
+}
+
+// Sets the carrier of the roles forked next, or skips the test when it cannot run here.
+#define USE_CARRIER(name)                                               \
+  do {                                                                  \
+    gCarrier = (name);                                                  \
+    if (std::string(gCarrier) == "rdma") {                              \
+      if (std::string why = rdmaMissing(); !why.empty()) GTEST_SKIP() << why; \
+    }                                                                   \
+  } while (0)
+
+// Every child starts from here: loopback, the carrier, and the plugin initialized in this process.
 std::string initIn(const Api& api, const char* socketsPerPeer = "1") {
   setenv("RINGFOLD_SOCKET_IFNAME", "lo", 1);
   setenv("RINGFOLD_SOCKETS_PER_PEER", socketsPerPeer, 1);
+  setenv("RINGFOLD_NCCL_NET_TRANSPORT", gCarrier, 1);
+  if (std::string(gCarrier) == "rdma") {
+    setenv("RINGFOLD_RDMA_FABRIC", "ofi", 1);
+    setenv("RINGFOLD_OFI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("FI_TCP_IFACE", "lo", 1);
+  }
   if (api.name == nullptr) return "table missing";
   Result r = api.init();
   if (r != kSuccess) return fmt("init returned %d", r);
@@ -176,6 +204,7 @@ TEST(NcclNetTables, PropertiesPerVersion) {
 struct DataCase {
   int version;
   const char* sockets;
+  const char* carrier = "tcp";
 };
 
 class NcclNetData : public ::testing::TestWithParam<DataCase> {};
@@ -188,6 +217,7 @@ constexpr int kRounds = 6;
 
 TEST_P(NcclNetData, ConcurrentTaggedTraffic) {
   const DataCase c = GetParam();
+  USE_CARRIER(c.carrier);
   Pipe handlePipe, donePipe;
   std::vector<std::function<std::string()>> roles;
   // Receiver: every round is one grouped irecv of kGroup buffers (tags 0..3) posted up front, so
@@ -293,13 +323,17 @@ TEST_P(NcclNetData, ConcurrentTaggedTraffic) {
 
 INSTANTIATE_TEST_SUITE_P(Versions, NcclNetData,
                          ::testing::Values(DataCase{8, "1"}, DataCase{9, "1"}, DataCase{10, "1"}, DataCase{11, "1"},
-                                           DataCase{12, "1"}, DataCase{12, "3"}),
-                         [](const auto& info) { return fmt("v%d_sockets%s", info.param.version, info.param.sockets); });
+                                           DataCase{12, "1"}, DataCase{12, "3"}, DataCase{8, "1", "rdma"},
+                                           DataCase{12, "1", "rdma"}),
+                         [](const auto& info) {
+                           return fmt("v%d_sockets%s%s", info.param.version, info.param.sockets,
+                                      std::string(info.param.carrier) == "rdma" ? "_rdma" : "");
+                         });
 
 // Several connections at once, each driven by its own thread (NCCL's proxy threads drive
 // different comms concurrently), with *request preset to NCCL_NET_OPTIONAL_RECV_COMPLETION as
 // NCCL does for LL/LL128 receives: the plugin still returns a real request to test.
-TEST(NcclNetThreads, ConnectionsOnTheirOwnThreads) {
+void connectionsOnTheirOwnThreads() {
   constexpr int kConns = 4, kMessages = 64;
   constexpr size_t kBytes = 300000;
   Pipe handlePipe, donePipe;
@@ -399,10 +433,20 @@ TEST(NcclNetThreads, ConnectionsOnTheirOwnThreads) {
   EXPECT_EQ(out[1], "") << "sender";
 }
 
+TEST(NcclNetThreads, ConnectionsOnTheirOwnThreads) {
+  USE_CARRIER("tcp");
+  connectionsOnTheirOwnThreads();
+}
+
+TEST(NcclNetThreads, ConnectionsOnTheirOwnThreadsRdma) {
+  USE_CARRIER("rdma");
+  connectionsOnTheirOwnThreads();
+}
+
 // ---- faults ----------------------------------------------------------------------------------
 
 // A receiver waiting on a sender that is killed gets an error, well within the deadline.
-TEST(NcclNetFaults, KilledSenderFailsTheReceiver) {
+void killedSenderFailsTheReceiver() {
   Pipe handlePipe, ready;
   std::vector<std::function<std::string()>> roles;
   roles.push_back([&] {
@@ -446,8 +490,20 @@ TEST(NcclNetFaults, KilledSenderFailsTheReceiver) {
   EXPECT_EQ(out[1], "killed by signal 9");
 }
 
+TEST(NcclNetFaults, KilledSenderFailsTheReceiver) {
+  USE_CARRIER("tcp");
+  killedSenderFailsTheReceiver();
+}
+
+// Over rdma the socket kept from the handshake is the heartbeat: the kernel closes it when the
+// sender dies, and the pending receive fails.
+TEST(NcclNetFaults, KilledSenderFailsTheReceiverRdma) {
+  USE_CARRIER("rdma");
+  killedSenderFailsTheReceiver();
+}
+
 // A sender streaming to a receiver that is killed gets an error.
-TEST(NcclNetFaults, KilledReceiverFailsTheSender) {
+void killedReceiverFailsTheSender() {
   Pipe handlePipe, ready;
   std::vector<std::function<std::string()>> roles;
   roles.push_back([&] {
@@ -488,6 +544,18 @@ TEST(NcclNetFaults, KilledReceiverFailsTheSender) {
   auto out = runProcesses(roles, kRoleDeadline);
   EXPECT_EQ(out[0], "killed by signal 9");
   EXPECT_EQ(out[1], "") << "sender";
+}
+
+TEST(NcclNetFaults, KilledReceiverFailsTheSender) {
+  USE_CARRIER("tcp");
+  killedReceiverFailsTheSender();
+}
+
+// Over rdma a message that no receive answers waits for its clear-to-send until the heartbeat
+// finds the receiver gone.
+TEST(NcclNetFaults, KilledReceiverFailsTheSenderRdma) {
+  USE_CARRIER("rdma");
+  killedReceiverFailsTheSender();
 }
 
 // A receiver that freezes (SIGSTOP) while the sender streams: once its socket buffers are full,
