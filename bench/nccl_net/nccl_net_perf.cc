@@ -1,15 +1,17 @@
 // nccl_net_perf: throughput of the NCCL net plugin (libnccl-net-ringfold.so, its
-// ncclNetPlugin_v12 table dlopened as NCCL does) against ringfold's tcp_uring transport driven
-// directly (a Device from tcp_uring::createDevice, connectAll, Connection isend/irecv), in the
+// ncclNetPlugin_v12 table dlopened as NCCL does) against the ringfold transport it carries its
+// connections over, driven directly (a Device from createDevice, connectAll, Connection
+// isend/irecv): tcp_uring, or with --transport rdma the rdma transport (RINGFOLD_RDMA_FABRIC;
+// libfabric's tcp;ofi_rxm where there is no RDMA hardware), in the
 // same run, with the same traffic: one process streams messages of one size to another, at most
 // `window` in flight; the receiver keeps `window` receives posted and times a run from telling
 // the sender it is ready (on a tiny control message) to the last byte. Runs of the two
 // backends alternate (which one goes first alternates too); the table gives each one's median
-// over the runs, in GB/s (10^9 B/s), their ratio plugin / tcp_uring, and "paired": the median of
+// over the runs, in GB/s (10^9 B/s), their ratio plugin / direct, and "paired": the median of
 // the ratios of back-to-back runs, which cancels load that drifts over seconds (other jobs on
 // the same cores).
 //
-//   nccl_net_perf [-b 64K] [-e 64M] [-f 4] [-r 5] [-B 256M] [-w 8]
+//   nccl_net_perf [-b 64K] [-e 64M] [-f 4] [-r 5] [-B 256M] [-w 8] [--transport tcp|rdma]
 //       forks the two processes here (loopback unless RINGFOLD_SOCKET_IFNAME says otherwise)
 //   nccl_net_perf --role recv|send --dir DIR [same options]
 //       one side only, for two hosts (e.g. bench/compare/netns_cluster.sh exec): DIR is a
@@ -38,6 +40,7 @@
 #include "rendezvous/file_store.h"
 #include "transport/connection.h"
 #include "transport/device.h"
+#include "transport/rdma/device.h"
 #include "transport/tcp_uring/device.h"
 
 namespace {
@@ -50,6 +53,7 @@ struct Options {
   size_t minBytes = 64 << 10, maxBytes = 64 << 20, factor = 4, bytesPerRun = 256 << 20;
   int runs = 5, window = 8;
   std::string role, dir;
+  std::string transport = "tcp";  // what the plugin carries its connections over, and the baseline
 };
 
 size_t parseSize(const char* s) {
@@ -126,10 +130,10 @@ class PluginLink final : public Link {
   bool sender_;
 };
 
-// tcp_uring directly: one Connection, both directions.
-class TcpLink final : public Link {
+// The transport directly: one Connection, both directions.
+class DirectLink final : public Link {
  public:
-  TcpLink(std::unique_ptr<transport::Device> device, std::unique_ptr<transport::Connection> conn)
+  DirectLink(std::unique_ptr<transport::Device> device, std::unique_ptr<transport::Connection> conn)
       : device_(std::move(device)), conn_(std::move(conn)) {}
   void* isend(void* d, size_t n, int tag) override {
     auto region = device_->registerMemory(d, n);
@@ -199,16 +203,17 @@ std::unique_ptr<Link> connectPlugin(const nn::NetV12* net, rendezvous::Store& st
   return std::make_unique<PluginLink>(net, sender ? sendComm : recvComm, sender ? recvComm : sendComm, sender);
 }
 
-std::unique_ptr<Link> connectTcp(rendezvous::Store& store, bool sender) {
-  auto device = transport::tcp_uring::createDevice({});
+std::unique_ptr<Link> connectDirect(rendezvous::Store& store, bool sender, const std::string& transport) {
+  std::unique_ptr<transport::Device> device =
+      transport == "rdma" ? transport::rdma::createDevice({}) : transport::tcp_uring::createDevice({});
   transport::ConnectSpec spec;
   spec.store = &store;
-  spec.prefix = "tcp";
+  spec.prefix = "direct";
   spec.rank = sender ? 1 : 0;
   spec.size = 2;
   auto conns = device->connectAll(spec);
   auto conn = std::move(conns[sender ? 0 : 1]);
-  return std::make_unique<TcpLink>(std::move(device), std::move(conn));
+  return std::make_unique<DirectLink>(std::move(device), std::move(conn));
 }
 
 // ---- the measurement -----------------------------------------------------------------------
@@ -269,14 +274,16 @@ double median(std::vector<double> v) {
 
 int role(const Options& o, bool sender) {
   rendezvous::FileStore store(o.dir);
+  setenv("RINGFOLD_NCCL_NET_TRANSPORT", o.transport.c_str(), 1);
   const nn::NetV12* net = loadPlugin();
   std::unique_ptr<Link> plugin = connectPlugin(net, store, sender);
-  std::unique_ptr<Link> tcp = connectTcp(store, sender);
+  std::unique_ptr<Link> direct = connectDirect(store, sender, o.transport);
+  const char* directName = o.transport == "rdma" ? "rdma" : "tcp_uring";
   std::vector<std::vector<char>> bufs(static_cast<size_t>(o.window));
   for (auto& b : bufs) b.assign(o.maxBytes, sender ? 's' : 'r');
   if (!sender) {
-    std::printf("# nccl_net_perf: NCCL net plugin (ncclNetPlugin_v12 of %s) vs tcp_uring Connection\n",
-                NCCL_NET_PLUGIN_PATH);
+    std::printf("# nccl_net_perf: NCCL net plugin (ncclNetPlugin_v12 of %s) over %s vs a %s Connection\n",
+                NCCL_NET_PLUGIN_PATH, directName, directName);
     const char* ifname = std::getenv("RINGFOLD_SOCKET_IFNAME");
     const char* sockets = std::getenv("RINGFOLD_SOCKETS_PER_PEER");
     std::printf(
@@ -284,27 +291,27 @@ int role(const Options& o, bool sender) {
         "up to %d messages in flight, %zu MiB per run\n",
         ifname ? ifname : "(default)", sockets ? sockets : "auto", o.runs, o.window, o.bytesPerRun >> 20);
     std::printf("#%12s %8s %10s %14s %14s %8s %8s\n", "size(B)", "window", "messages", "plugin(GB/s)",
-                "tcp_uring(GB/s)", "ratio", "paired");
+                (std::string(directName) + "(GB/s)").c_str(), "ratio", "paired");
   }
   for (size_t size = o.minBytes; size <= o.maxBytes; size *= o.factor) {
     const int window = windowFor(o, size);
     const size_t count = messagesFor(o, size);
     std::vector<double> p, t, ratio;
     runOnce(*plugin, sender, size, count, window, bufs);  // warm-up
-    runOnce(*tcp, sender, size, count, window, bufs);
+    runOnce(*direct, sender, size, count, window, bufs);
     for (int r = 0; r < o.runs; ++r) {
       // Alternate which backend goes first, so neither always follows the other's idle time.
       double a = 0, b = 0;
       if (r % 2 == 0) {
         a = runOnce(*plugin, sender, size, count, window, bufs);
-        b = runOnce(*tcp, sender, size, count, window, bufs);
+        b = runOnce(*direct, sender, size, count, window, bufs);
       } else {
-        b = runOnce(*tcp, sender, size, count, window, bufs);
+        b = runOnce(*direct, sender, size, count, window, bufs);
         a = runOnce(*plugin, sender, size, count, window, bufs);
       }
       p.push_back(static_cast<double>(size * count) / a / 1e9);
       t.push_back(static_cast<double>(size * count) / b / 1e9);
-      ratio.push_back(b / a);  // plugin throughput / tcp_uring's, of two back-to-back runs
+      ratio.push_back(b / a);  // plugin throughput / the direct transport's, of two back-to-back runs
     }
     if (!sender) {
       const double mp = median(p), mt = median(t);
@@ -334,15 +341,18 @@ int main(int argc, char** argv) {
     else if (a == "-w") o.window = std::atoi(next());
     else if (a == "--role") o.role = next();
     else if (a == "--dir") o.dir = next();
+    else if (a == "--transport") o.transport = next();
     else die("unknown option " + a + " (see the comment at the top of nccl_net_perf.cc)");
   }
   if (o.minBytes == 0 || o.maxBytes < o.minBytes || o.runs < 1 || o.window < 1) die("bad sizes, runs or window");
+  if (o.transport != "tcp" && o.transport != "rdma") die("--transport " + o.transport + ": tcp or rdma");
   try {
     if (!o.role.empty()) {
       if (o.dir.empty() || (o.role != "recv" && o.role != "send")) die("--role recv|send needs --dir");
       return role(o, o.role == "send");
     }
     setenv("RINGFOLD_SOCKET_IFNAME", "lo", 0);
+    setenv("FI_TCP_IFACE", "lo", 0);  // libfabric's tcp provider, under --transport rdma
     char tmpl[] = "/tmp/nccl_net_perf.XXXXXX";
     if (mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
     o.dir = tmpl;

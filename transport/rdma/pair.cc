@@ -144,7 +144,8 @@ std::unique_ptr<RdmaRequest> PairLink::irecv(void* data, size_t capacity, uint64
   return req;
 }
 
-void PairLink::watch() {
+void PairLink::heartbeat() {
+  if (stage_ != Stage::kUp) return;
   const Clock::time_point now = Clock::now();
   if (!closed_) {
     if (now - lastWatch_ < kWatchEvery) return;
@@ -165,7 +166,7 @@ void PairLink::watch() {
 void PairLink::progress() {
   if (stage_ != Stage::kUp) return;
   if (!state_->poisoned()) state_->progress();
-  watch();
+  heartbeat();
 }
 
 bool PairLink::failed() const { return state_->poisoned(); }

@@ -59,6 +59,8 @@ class PairLink {
   std::unique_ptr<RdmaRequest> irecv(void* data, size_t capacity, uint64_t tag);
   // One round of progress, and the heartbeat; never blocks or throws.
   void progress();
+  // The heartbeat alone (for a caller whose requests' test() drives progress).
+  void heartbeat();
   bool failed() const;
   std::exception_ptr error() const;
   // "ofi tcp;ofi_rxm on lo" (the fabric in use).
@@ -71,7 +73,6 @@ class PairLink {
   void queue(const std::string& frame);
   bool pump();                 // sends what is queued, reads what arrived; false: the peer closed
   bool nextFrame(std::string& frame);
-  void watch();                // the heartbeat, once up
 
   std::shared_ptr<DeviceState> state_;
   int fd_;
