@@ -87,22 +87,13 @@ struct Comm {
   std::vector<Request*> free;
 
   Part send(void* data, size_t size, uint64_t tag) {
-    if (rdma) {
-      auto r = rdma->link->isend(data, size, tag);
-      const size_t* length = &r->state().length;
-      return {std::move(r), length};
-    }
-    auto r = link->isend(data, size, tag);
-    const size_t* length = &r->state().length;
-    return {std::move(r), length};
+    return rdma ? part(rdma->link->isend(data, size, tag)) : part(link->isend(data, size, tag));
   }
   Part receive(void* data, size_t size, uint64_t tag) {
-    if (rdma) {
-      auto r = rdma->link->irecv(data, size, tag);
-      const size_t* length = &r->state().length;
-      return {std::move(r), length};
-    }
-    auto r = link->irecv(data, size, tag);
+    return rdma ? part(rdma->link->irecv(data, size, tag)) : part(link->irecv(data, size, tag));
+  }
+  template <class R>
+  static Part part(std::unique_ptr<R> r) {
     const size_t* length = &r->state().length;
     return {std::move(r), length};
   }
