@@ -48,9 +48,11 @@ OpType opTypeOf(int type) {
       return OpType::kBarrier;
     case RINGFOLD_REDUCESCATTER:
       return OpType::kReducescatter;
+    case RINGFOLD_REDUCE:
+      return OpType::kReduce;
     default:
       RF_THROW(ringfold::InvalidArgument, "unknown operation type ", type,
-               " (RINGFOLD_ALLREDUCE, _ALLGATHER, _BROADCAST, _JOIN, _ALLTOALL, _BARRIER or _REDUCESCATTER)");
+               " (RINGFOLD_ALLREDUCE, _ALLGATHER, _BROADCAST, _JOIN, _ALLTOALL, _BARRIER, _REDUCESCATTER or _REDUCE)");
   }
 }
 
@@ -72,15 +74,15 @@ int enqueue(const char* fn, const ringfold_op_t* op, const ringfold_tensor_t* in
     requireOut(input, "input");
     if (output != nullptr) ringfold::engine::checkStream(output->stream, output->device);
     TensorArgs a = tensorArgs(type, *input, op->process_set);
-    if (type == OpType::kAllreduce || type == OpType::kReducescatter) {
+    if (ringfold::engine::reduces(type)) {
       a.reduceOp = ringfold::engine::reduceOpFromHorovodCode(op->reduce_op);
       a.preScale = op->prescale;
       a.postScale = op->postscale;
     }
-    if (type == OpType::kAllreduce || type == OpType::kBroadcast) {
+    if (ringfold::engine::writesCallerOutput(type)) {
       a.output = output != nullptr ? const_cast<void*>(output->data) : nullptr;
     }
-    if (type == OpType::kBroadcast) a.root = op->root;
+    if (ringfold::engine::rooted(type)) a.root = op->root;
     if (type == OpType::kAlltoall) a.splits = alltoallSplits(s, op->splits, op->nsplits, op->process_set);
     a.name = nameFor(op->name, type, op->process_set);
     *handle = encodeHandle(s, s.engine->enqueue(std::move(a)));

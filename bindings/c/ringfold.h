@@ -59,7 +59,8 @@
  *     index, see "GPU tensors" below).
  *   - Buffers passed to an *_async call must stay valid and unmodified (outputs untouched)
  *     until the handle completes.
- *   - Allreduce and broadcast write into the caller's output (which may equal the input).
+ *   - Allreduce, broadcast and reduce write into the caller's output (which may equal the
+ *     input); reduce writes it on the root only (other ranks' outputs are left as they were).
  *     Allgather, alltoall and reducescatter produce an output whose size the group decides: it
  *     is allocated by the engine and owned by the handle. Read it with ringfold_result_shape /
  *     _bytes and ringfold_result_copy, or borrow it with ringfold_result_data (valid until
@@ -338,20 +339,24 @@ typedef struct ringfold_tensor {
 #define RINGFOLD_ALLTOALL 5
 #define RINGFOLD_BARRIER 6
 #define RINGFOLD_REDUCESCATTER 7
+/* ringfold's own (Horovod has no reduce): the root's output gets op over the ranks' inputs, by a
+ * pipelined chain that carries the tensor once per link (half an allreduce's traffic); other
+ * ranks' outputs are not written. CPU tensors only. */
+#define RINGFOLD_REDUCE 8
 
 typedef struct ringfold_op {
   int type;              /* RINGFOLD_ALLREDUCE ... (Horovod's request types) */
   const char* name;      /* NULL: auto-named */
-  int reduce_op;         /* RINGFOLD_OP_*: allreduce, reducescatter */
-  double prescale;       /* allreduce, reducescatter; 0 is taken as 1 (a zeroed struct works) */
+  int reduce_op;         /* RINGFOLD_OP_*: allreduce, reducescatter, reduce */
+  double prescale;       /* allreduce, reducescatter, reduce; 0 is taken as 1 (a zeroed struct works) */
   double postscale;
-  int root;              /* broadcast */
+  int root;              /* broadcast, reduce */
   const int64_t* splits; /* alltoall: nsplits entries, or NULL with nsplits 0 (equal split) */
   int nsplits;
   int process_set;       /* 0: all ranks */
 } ringfold_op_t;
 
-/* Enqueues `op` on `input` (output: the caller's buffer for allreduce and broadcast, NULL for
+/* Enqueues `op` on `input` (output: the caller's buffer for allreduce, broadcast and reduce, NULL for
  * operations whose output the engine allocates, and ignored by join and barrier, which take no
  * tensors: input may be NULL). input->stream orders a GPU tensor (see "GPU tensors"); a
  * non-NULL stream is refused for CPU tensors and by builds without CUDA. */

@@ -222,8 +222,7 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
     return fail(what + " is on GPU " + std::to_string(first->device) +
                 ", but this ringfold build has no CUDA support");
   }
-  const bool reduces = first->op == OpType::kAllreduce || first->op == OpType::kReducescatter;
-  if (reduces) {
+  if (reduces(first->op)) {
     if (first->dtype == DataType::kBool) return fail(what + ": bool tensors cannot be reduced");
     if (!allEqual(byRank, [](const Request& r) { return r.reduceOp; })) {
       return fail("Mismatched reduce ops for " + what + ": " +
@@ -237,18 +236,20 @@ Response Coordinator::build(const std::string& name, const Entry& entry) const {
   switch (first->op) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
+    case OpType::kReduce:
     case OpType::kReducescatter:
       if (!allEqual(byRank, [](const Request& r) { return r.shape; })) {
         return fail("Mismatched " + std::string(opTypeLowerName(first->op)) + " tensor shapes for '" +
                     name + "': " + byValue(byRank, shapeOf));
       }
-      if (first->op == OpType::kBroadcast) {
+      if (rooted(first->op)) {
+        const std::string op = opTypeLowerName(first->op);
         if (!allEqual(byRank, [](const Request& r) { return r.root; })) {
-          return fail("Mismatched broadcast root ranks for '" + name + "': " +
+          return fail("Mismatched " + op + " root ranks for '" + name + "': " +
                       byValue(byRank, [](const Request& r) { return std::to_string(r.root); }));
         }
         if (first->root < 0 || first->root >= size_) {
-          return fail("broadcast '" + name + "': root rank " + std::to_string(first->root) +
+          return fail(op + " '" + name + "': root rank " + std::to_string(first->root) +
                       " is not in the process set of " + std::to_string(size_) + " ranks");
         }
       }

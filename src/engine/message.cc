@@ -16,6 +16,7 @@ const char* opTypeName(OpType op) {
     case OpType::kAlltoall: return "ALLTOALL";
     case OpType::kBarrier: return "BARRIER";
     case OpType::kReducescatter: return "REDUCESCATTER";
+    case OpType::kReduce: return "REDUCE";
     case OpType::kAddProcessSet: return "ADD_PROCESS_SET";
     case OpType::kRemoveProcessSet: return "REMOVE_PROCESS_SET";
     case OpType::kCancel: return "CANCEL";
@@ -32,6 +33,7 @@ const char* opTypeLowerName(OpType op) {
     case OpType::kAlltoall: return "alltoall";
     case OpType::kBarrier: return "barrier";
     case OpType::kReducescatter: return "reducescatter";
+    case OpType::kReduce: return "reduce";
     case OpType::kAddProcessSet: return "add_process_set";
     case OpType::kRemoveProcessSet: return "remove_process_set";
     case OpType::kCancel: return "cancel";

@@ -34,11 +34,23 @@ enum class OpType : uint8_t {
   kAlltoall = 5,
   kBarrier = 6,
   kReducescatter = 7,
+  kReduce = 8,             // ringfold's own (Horovod has none): the root's output gets the reduction
   kAddProcessSet = 20,     // engine-internal: runs on the global set
   kRemoveProcessSet = 21,  // engine-internal: runs on the global set
   kCancel = 22,            // engine-internal: a rank withdraws its request for `name` (cancel);
                            // the response's root is the set rank whose request was withdrawn
 };
+// What an operation takes and writes: a reduce op and scale factors (reduces); a root rank
+// (rooted); the caller's own output buffer, of the input's shape (writesCallerOutput; the others
+// write one the engine allocates, or none).
+inline bool reduces(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kReducescatter || op == OpType::kReduce;
+}
+inline bool rooted(OpType op) { return op == OpType::kBroadcast || op == OpType::kReduce; }
+inline bool writesCallerOutput(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReduce;
+}
+
 // "ALLREDUCE", "ALLGATHER", ... (Horovod's spelling, used in the timeline and in errors).
 const char* opTypeName(OpType op);
 // "allreduce", "allgather", ... for messages.

@@ -154,6 +154,17 @@ std::vector<Result> Operations::run(ProcessSet& set, const std::vector<Response>
       activityEnd(members);
       break;
     }
+    case OpType::kReduce: {  // CPU only (Engine::checkDevice): a chain to the root, half an allreduce's traffic
+      activity(members, transport.c_str());
+      const TensorEntry& e = *entries[0];
+      ReduceOptions o{e.input, e.output, static_cast<size_t>(head.elements), head.dtype, head.reduceOp,
+                      head.root, head.preScale, head.postScale};
+      o.reducer = &reducer;
+      ringfold::reduce(comm, o);
+      bytesMoved_ += responseBytes(head);
+      activityEnd(members);
+      break;
+    }
     case OpType::kAlltoall:
       activity(members, transport.c_str());
       results[0] = alltoall(set, head, *entries[0]);

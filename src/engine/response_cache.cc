@@ -15,6 +15,7 @@ bool ResponseCache::cacheable(const Response& response) {
     case OpType::kAllgather:
     case OpType::kBroadcast:
     case OpType::kReducescatter:
+    case OpType::kReduce:
       return true;
     default:
       return false;

@@ -115,14 +115,14 @@ size_t validateTensor(const TensorArgs& a) {
   checkDataTypeCode(static_cast<int>(a.dtype));
   const size_t bytes = checkedBytes(a.shape, a.dtype);
   if (bytes > 0 && a.input == nullptr) RF_THROW(InvalidArgument, "input is NULL");
-  const bool reduces = a.op == OpType::kAllreduce || a.op == OpType::kReducescatter;
-  if (reduces && !isReducible(a.dtype)) {
+  const bool reducing = reduces(a.op);
+  if (reducing && !isReducible(a.dtype)) {
     RF_THROW(InvalidArgument, "dtype ", dataTypeName(a.dtype), " cannot be reduced");
   }
-  if ((a.op == OpType::kAllreduce || a.op == OpType::kBroadcast) && bytes > 0 && a.output == nullptr) {
+  if (writesCallerOutput(a.op) && bytes > 0 && a.output == nullptr) {
     RF_THROW(InvalidArgument, "output is NULL");
   }
-  if (reduces && static_cast<int>(a.reduceOp) >= kNumReduceOps) {
+  if (reducing && static_cast<int>(a.reduceOp) >= kNumReduceOps) {
     RF_THROW(InvalidArgument, "unknown reduce op ", static_cast<int>(a.reduceOp), " (ReduceOp has ", kNumReduceOps,
              " values)");
   }

@@ -498,6 +498,24 @@ TEST_F(CApi, EnqueueWithStructsAndCancel) {
   EXPECT_EQ(resultData<float>(h), (std::vector<float>{1.0f, 2.0f, 3.0f}));
   EXPECT_OK(ringfold_release(h));
 
+  // Reduce: one rank, so the root's output is postscale * input; a root outside the set fails.
+  op.type = RINGFOLD_REDUCE;
+  op.name = "struct.reduce";
+  op.root = 0;
+  std::fill(out, out + 3, 0.0f);
+  ASSERT_OK(ringfold_enqueue(&op, &tin, &tout, &h));
+  waitRelease(h);
+  EXPECT_EQ(out[2], 6.0f);
+  op.name = "struct.reduce.root";
+  op.root = 1;
+  ASSERT_OK(ringfold_enqueue(&op, &tin, &tout, &h));
+  EXPECT_EQ(ringfold_wait(h, kWait), RINGFOLD_PRECONDITION_ERROR);
+  EXPECT_NE(lastError().find("reduce 'struct.reduce.root': root rank 1 is not in the process set of 1 ranks"),
+            std::string::npos)
+      << lastError();
+  EXPECT_OK(ringfold_release(h));
+  op.root = 0;
+
   op.type = RINGFOLD_BARRIER;
   ASSERT_OK(ringfold_enqueue(&op, nullptr, nullptr, &h));
   waitRelease(h);

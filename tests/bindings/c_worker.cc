@@ -127,6 +127,27 @@ void collectives() {
     CHECK(out[99] == 148.5 && out[0] == 0.0, std::to_string(out[99]));
   }
 
+  // Reduce (max) to root 2 through ringfold_enqueue: only the root's output is written.
+  {
+    std::vector<int64_t> in(1000), out(1000, -7);
+    for (int i = 0; i < 1000; ++i) in[i] = (i % 3 == r) ? 1000 + i : i;
+    const int64_t shape[1] = {1000};
+    ringfold_tensor_t tin = {in.data(), RINGFOLD_INT64, shape, 1, RINGFOLD_CPU_DEVICE, nullptr};
+    ringfold_tensor_t tout = {out.data(), RINGFOLD_INT64, shape, 1, RINGFOLD_CPU_DEVICE, nullptr};
+    ringfold_op_t op = {};
+    op.type = RINGFOLD_REDUCE;
+    op.name = "reduce.max";
+    op.reduce_op = RINGFOLD_OP_MAX;
+    op.root = 2;
+    int64_t h;
+    CHECK_OK(ringfold_enqueue(&op, &tin, &tout, &h));
+    CHECK_OK(finish(h));
+    for (int i = 0; i < 1000; ++i) {
+      const int64_t want = r == 2 ? 1000 + i : -7;
+      CHECK(out[i] == want, "reduce element " + std::to_string(i) + ": " + std::to_string(out[i]));
+    }
+  }
+
   // Alltoall: rank r sends r + j + 1 rows of 3 int32s to rank j.
   {
     std::vector<int64_t> splits(3);

@@ -215,6 +215,86 @@ TEST(EngineOps, AllgatherBroadcastAlltoallReducescatterBarrier) {
   expectAllOk(errors);
 }
 
+// Reduce to each root in turn: the root's output gets postscale * sum(prescale * input), in
+// place and out of place; the other ranks' outputs are not written. Averaging divides by the
+// set's size; mismatched roots and an out-of-range root fail on every rank with one message; a
+// GPU tensor is refused at enqueue (reduce is CPU only).
+TEST(EngineOps, ReduceToEachRoot) {
+  constexpr int kRanks = 3;
+  std::vector<std::vector<std::string>> messages(kRanks);
+  auto errors = runEngines(kRanks, [&](Engine& e, int rank) {
+    for (int root = 0; root < kRanks; ++root) {
+      for (int inPlace = 0; inPlace < 2; ++inPlace) {
+        std::vector<float> in(5), out(5, -1.0f);
+        for (int i = 0; i < 5; ++i) in[i] = static_cast<float>(rank * 10 + i);
+        TensorArgs a;
+        a.op = OpType::kReduce;
+        a.name = "reduce." + std::to_string(root) + "." + std::to_string(inPlace);
+        a.shape = {5};
+        a.input = in.data();
+        a.output = inPlace ? in.data() : out.data();
+        a.root = root;
+        a.reduceOp = ReduceOp::kSum;
+        a.preScale = 2.0;
+        a.postScale = 0.5;
+        const std::vector<float> before = in;
+        Status s = waitStatus(e, e.enqueue(a));
+        if (!s.ok()) throw std::runtime_error("reduce: " + s.message);
+        const std::vector<float>& got = inPlace ? in : out;
+        for (int i = 0; i < 5; ++i) {
+          const float want = rank == root ? static_cast<float>(30 + 3 * i) : (inPlace ? before[i] : -1.0f);
+          if (got[i] != want) {
+            throw std::runtime_error("reduce to " + std::to_string(root) + (inPlace ? " in place" : "") +
+                                     ": element " + std::to_string(i) + " is " + std::to_string(got[i]));
+          }
+        }
+        if (!inPlace && in != before) throw std::runtime_error("reduce wrote its input");
+      }
+    }
+    std::vector<double> v(2, static_cast<double>(rank)), avg(2, 0.0);
+    TensorArgs m;
+    m.op = OpType::kReduce;
+    m.name = "reduce.avg";
+    m.dtype = DataType::kFloat64;
+    m.shape = {2};
+    m.input = v.data();
+    m.output = avg.data();
+    m.root = 1;
+    m.reduceOp = ReduceOp::kAvg;
+    Status s = waitStatus(e, e.enqueue(m));
+    if (!s.ok() || (rank == 1 && avg[1] != 1.0) || (rank != 1 && avg[1] != 0.0)) {
+      throw std::runtime_error("reduce average: " + s.message);
+    }
+    TensorArgs bad = m;
+    bad.name = "reduce.roots";
+    bad.root = rank == 2 ? 0 : 1;
+    messages[rank].push_back(waitStatus(e, e.enqueue(bad)).message);
+    bad.name = "reduce.range";
+    bad.root = 3;
+    messages[rank].push_back(waitStatus(e, e.enqueue(bad)).message);
+    TensorArgs gpu = m;
+    gpu.name = "reduce.gpu";
+    gpu.device = 0;
+    try {
+      e.enqueue(gpu);
+      throw std::runtime_error("a GPU reduce was accepted");
+    } catch (const InvalidArgument& x) {
+      if (std::string(x.what()).find("reduce") == std::string::npos) throw std::runtime_error(x.what());
+    }
+  });
+  expectAllOk(errors);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(messages[r].size(), 2u);
+    EXPECT_EQ(messages[r][0], messages[0][0]);
+    EXPECT_EQ(messages[r][1], messages[0][1]);
+  }
+  EXPECT_NE(messages[0][0].find("Mismatched reduce root ranks for 'reduce.roots'"), std::string::npos)
+      << messages[0][0];
+  EXPECT_NE(messages[0][1].find("reduce 'reduce.range': root rank 3 is not in the process set of 3 ranks"),
+            std::string::npos)
+      << messages[0][1];
+}
+
 // Every rank gets the same message, naming the tensor and the ranks that differ.
 TEST(EngineErrors, MismatchesFailOnEveryRankWithOneMessage) {
   constexpr int kRanks = 3;

@@ -74,7 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   ringfold_op_t op{};
   static const int kTypes[] = {RINGFOLD_ALLREDUCE, RINGFOLD_ALLGATHER, RINGFOLD_BROADCAST, RINGFOLD_JOIN,
-                               RINGFOLD_ALLTOALL, RINGFOLD_BARRIER, RINGFOLD_REDUCESCATTER, 4, 8, -1};
+                               RINGFOLD_ALLTOALL, RINGFOLD_BARRIER, RINGFOLD_REDUCESCATTER, RINGFOLD_REDUCE,
+                               4, 9, -1};
   op.type = in.ConsumeBool() ? in.PickValueInArray(kTypes) : in.ConsumeIntegral<int>();
   op.reduce_op = in.ConsumeIntegralInRange<int>(-1, 7);
   op.prescale = in.ConsumeBool() ? 1.0 : in.ConsumeFloatingPoint<double>();
@@ -104,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tensor.data = fits ? gInput : nullptr;
   ringfold_tensor_t output = tensor;
   output.data = fits ? gOutput : nullptr;
-  const bool ownOutput = op.type == RINGFOLD_ALLREDUCE || op.type == RINGFOLD_BROADCAST;
+  const bool ownOutput = op.type == RINGFOLD_ALLREDUCE || op.type == RINGFOLD_BROADCAST || op.type == RINGFOLD_REDUCE;
 
   int64_t handle = -1;
   const int status = ringfold_enqueue(&op, &tensor, ownOutput ? &output : nullptr, &handle);

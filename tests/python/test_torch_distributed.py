@@ -300,7 +300,7 @@ def test_all_to_all_lists():
 
 # ---- rooted collectives ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize('name', ['SUM', 'MAX', 'PRODUCT'])
+@pytest.mark.parametrize('name', ['SUM', 'MAX', 'PRODUCT', 'BAND'])
 def test_reduce(name):
     for root in range(G.size):
         x = make(torch.int64, (5,), 70 + root)
@@ -311,6 +311,21 @@ def test_reduce(name):
             assert torch.equal(ours, theirs)
         else:
             assert torch.equal(ours, x)          # ringfold leaves the others' tensors alone
+
+
+def test_reduce_average_into_a_strided_tensor():
+    # AVG (which gloo lacks: its reference is gloo's SUM / n) into a transposed view, which the
+    # engine's reduce gets as a contiguous copy that only the root copies back.
+    for root in range(G.size):
+        base = make(torch.float32, (4, 6), 75 + root)
+        ours, theirs = base.clone().t(), base.clone().t()
+        assert not ours.is_contiguous()
+        dist.reduce(ours, dst=root, op=RedOp.AVG)
+        dist.reduce(theirs, dst=root, op=RedOp.SUM, group=G.gloo)
+        if G.rank == root:
+            assert torch.allclose(ours, theirs / G.size, rtol=1e-6, atol=0)
+        else:
+            assert torch.equal(ours, base.t())
 
 
 def test_gather_and_scatter():

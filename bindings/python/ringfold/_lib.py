@@ -38,8 +38,8 @@ DTYPE_NAMES = ('int8', 'uint8', 'int32', 'uint32', 'int64', 'uint64', 'float16',
                'float64', 'bfloat16', 'bool', 'float8_e4m3', 'float8_e5m2')
 DTYPE_SIZES = (1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1, 1)
 
-# Operation types (ringfold_op_t.type: Horovod's request types).
-ALLREDUCE, ALLGATHER, BROADCAST, JOIN, ALLTOALL, BARRIER, REDUCESCATTER = 0, 1, 2, 3, 5, 6, 7
+# Operation types (ringfold_op_t.type: Horovod's request types, and ringfold's own REDUCE).
+ALLREDUCE, ALLGATHER, BROADCAST, JOIN, ALLTOALL, BARRIER, REDUCESCATTER, REDUCE = 0, 1, 2, 3, 5, 6, 7, 8
 
 CPU_DEVICE = -1
 

@@ -21,7 +21,7 @@ from ringfold import _lib
 
 _OP_PREFIX = {
     _lib.ALLREDUCE: 'allreduce.', _lib.ALLGATHER: 'allgather.', _lib.BROADCAST: 'broadcast.',
-    _lib.ALLTOALL: 'alltoall.', _lib.REDUCESCATTER: 'reducescatter.',
+    _lib.ALLTOALL: 'alltoall.', _lib.REDUCESCATTER: 'reducescatter.', _lib.REDUCE: 'reduce.',
 }
 
 _pending = {}            # handle -> (keep, finish)

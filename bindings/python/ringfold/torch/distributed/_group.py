@@ -24,8 +24,10 @@ Contract
       reduce_scatter (list), reduce_scatter_single (_reduce_scatter_base), coalesced forms:
                  reducescatter of an (n, numel) view; unequal input sizes: allreduce + slice
       all_to_all_single (alltoall_base) with or without splits, alltoall (lists): alltoall
-      reduce     allreduce (the root's tensor in place; the others' tensors are left as they
-                 were, where gloo leaves partial sums in them)
+      reduce     reduce (ringfold's chain to the root: half an allreduce's traffic), the root's
+                 tensor in place; the others' tensors are left as they were, where gloo leaves
+                 partial sums in them. CUDA tensors and the ops and dtypes allreduce folds
+                 itself: an allreduce of the root's tensor (of a copy on the others)
       gather, gather_single: alltoall in which every rank sends one row to the root
       scatter    alltoall in which the root sends row i to rank i
       barrier, monitored_barrier: barrier
@@ -564,7 +566,17 @@ class ProcessGroupRingfold(dist.ProcessGroup):
         kind, factor = T.reduce_op(opts.reduceOp)
         t = tensors[opts.rootTensor if len(tensors) > 1 else 0]
         T.check_device(t, 'reduce')
-        if self._rank == root:
+        code = T.reducible(t.dtype)
+        spec = T.native(kind, factor)
+        if not t.is_cuda and code is not None and spec is not None:
+            op_code, prescale, postscale = spec
+            buf = t if t.is_contiguous() else t.contiguous()
+            desc = T.describe(buf, code, tuple(buf.shape))
+            h = enqueue('reduce', _lib.REDUCE, self._name(), desc, desc, op_code, prescale, postscale, root=root,
+                        process_set=self._set)
+            copy_back = buf is not t and self._rank == root
+            part = _Part([h], buf, (lambda hs: t.copy_(buf)) if copy_back else None)
+        elif self._rank == root:
             part = self._allreduce_part('reduce', t, kind, factor)
         else:
             scratch = t.detach().clone(memory_format=torch.contiguous_format)
