@@ -28,6 +28,8 @@ the engine ringfold.torch uses) times, in interleaved blocks, synchronous calls 
   dist.all_reduce(t, group=gloo)     on a gloo group of the same ranks
   hvd.allreduce_(t, name='lat')      ringfold.torch (named: the engine's response cache hits)
   hvd.allreduce_(t)                  ringfold.torch, unnamed (as c10d's calls: no cache hit)
+  dist.reduce(t, dst=0)              on each group (ringfold: the engine's reduce, a chain to
+                                     the root that carries the tensor once per link)
 for a 4-byte and a 64 MiB float32 tensor, and reports per-call medians (rank 0).
 
 Each rank uses --threads torch threads (default 1: the ranks share the cores). ringfold's package
@@ -116,6 +118,8 @@ def calls_worker(args):
         'dist.all_reduce (gloo)': lambda t: dist.all_reduce(t, group=gloo),
         'hvd.allreduce_ (named)': lambda t: hvd.allreduce_(t, name='lat', op=hvd.Sum),
         'hvd.allreduce_ (unnamed)': lambda t: hvd.allreduce_(t, op=hvd.Sum),
+        'dist.reduce (ringfold)': lambda t: dist.reduce(t, dst=0),
+        'dist.reduce (gloo)': lambda t: dist.reduce(t, dst=0, group=gloo),
     }
     result = {}
     for label, numel, calls, blocks in (('4 B', 1, args.calls, 5), ('64 MiB', 16 << 20, 3, 3)):
