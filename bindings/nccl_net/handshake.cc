@@ -82,8 +82,6 @@ void setBlocking(int fd) {
 
 // ---- Listener ------------------------------------------------------------------------------
 
-const char* carrierName(Carrier c) { return c == Carrier::kRdma ? "rdma" : "tcp"; }
-
 Listener::Listener(const std::string& address, int sockets, std::chrono::milliseconds timeout, Carrier carrier)
     : timeout_(timeout) {
   RF_ENFORCE(sockets >= 1 && sockets <= kMaxSockets, "sockets per connection: ", sockets, " (1 to ", kMaxSockets, ")");

@@ -42,7 +42,6 @@ constexpr int kMaxSockets = 64;
 // sockets, or the rdma transport (the one socket then only carries its start-up and heartbeat).
 // The listener decides, and the connector follows its handle.
 enum class Carrier : uint16_t { kTcp = 0, kRdma = 1 };
-const char* carrierName(Carrier c);
 
 // What NCCL carries from listen() to connect(), in its opaque handle (first 48 of 128 bytes).
 struct Handle {

@@ -45,10 +45,9 @@ std::vector<DeviceInfo> gDevices;
 // An rdma connection being set up: its socket (start-up and heartbeat) and its link.
 struct RdmaStart {
   Socket socket;
-  std::unique_ptr<rdma::PairLink> link;
+  std::unique_ptr<rdma::PairLink> link;  // declared after the socket: destroyed before it closes
   RdmaStart(Socket s, int rank)
       : socket(std::move(s)), link(std::make_unique<rdma::PairLink>(socket.fd(), rank, params::kTimeout.asSeconds())) {}
-  ~RdmaStart() { link.reset(); }  // before the socket closes
 };
 
 struct ListenComm {
@@ -131,6 +130,15 @@ struct Comm {
     magic = kDeadMagic;
   }
 };
+
+// A comm over a connection that is up, on one of the two carriers.
+Comm* newComm(bool isSend, std::unique_ptr<tcp::PairLink> link, std::unique_ptr<RdmaStart> rdma) {
+  auto comm = std::make_unique<Comm>();
+  comm->isSend = isSend;
+  comm->link = std::move(link);
+  comm->rdma = std::move(rdma);
+  return comm.release();
+}
 
 struct MemHandle {
   uint32_t magic = kMemMagic;
@@ -360,8 +368,6 @@ Result connect(int dev, void* handle, void** sendComm) {
       stage->rdma = nullptr;
       stage->magic = kStageMagic;
     }
-    auto comm = std::make_unique<Comm>();
-    comm->isSend = true;
     if (stage->rdma == nullptr) {
       Connector* connector = stage->connector;
       std::optional<std::vector<Socket>> sockets;
@@ -377,8 +383,7 @@ Result connect(int dev, void* handle, void** sendComm) {
       stage->connector = nullptr;
       if (h.carrier == static_cast<uint16_t>(Carrier::kTcp)) {
         stage->magic = 0;
-        comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 1);
-        *sendComm = comm.release();
+        *sendComm = newComm(true, std::make_unique<tcp::PairLink>(std::move(*sockets), 1), nullptr);
         return kSuccess;
       }
       try {
@@ -398,8 +403,7 @@ Result connect(int dev, void* handle, void** sendComm) {
     }
     if (!up) return kSuccess;  // NCCL calls again
     stage->magic = 0;
-    comm->rdma.reset(stage->rdma);
-    *sendComm = comm.release();
+    *sendComm = newComm(true, nullptr, std::unique_ptr<RdmaStart>(stage->rdma));
     return kSuccess;
   });
 }
@@ -410,14 +414,11 @@ Result accept(void* listenComm, void** recvComm) {
     RF_ENFORCE(l != nullptr && l->magic == kListenMagic, "accept: not a live listen comm of this plugin");
     RF_ENFORCE(recvComm != nullptr, "null recvComm");
     *recvComm = nullptr;
-    auto comm = std::make_unique<Comm>();
-    comm->isSend = false;
     if (!l->starting) {
       std::optional<std::vector<Socket>> sockets = l->listener.poll();
       if (!sockets) return kSuccess;  // NCCL calls again
       if (l->carrier == Carrier::kTcp) {
-        comm->link = std::make_unique<tcp::PairLink>(std::move(*sockets), 0);
-        *recvComm = comm.release();
+        *recvComm = newComm(false, std::make_unique<tcp::PairLink>(std::move(*sockets), 0), nullptr);
         return kSuccess;
       }
       l->starting = std::make_unique<RdmaStart>(std::move((*sockets)[0]), 0);
@@ -430,8 +431,7 @@ Result accept(void* listenComm, void** recvComm) {
       throw;
     }
     if (!up) return kSuccess;  // NCCL calls again
-    comm->rdma = std::move(l->starting);
-    *recvComm = comm.release();
+    *recvComm = newComm(false, nullptr, std::move(l->starting));
     return kSuccess;
   });
 }
