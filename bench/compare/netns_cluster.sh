@@ -10,7 +10,9 @@
 # created in it and moved away at once.
 #
 #   netns_cluster.sh up N [RATE] [DELAY]  hosts ${P}0..${P}N-1 at 10.88.0.(1+i); RATE e.g. 1gbit
-#                                  (none: unshaped), DELAY e.g. 0.5ms, 500us (none: no delay)
+#                                  (none: unshaped), DELAY e.g. 0.5ms, 500us (none: no delay);
+#                                  $BURST_BYTES sets tbf's bucket, $GSO_BYTES caps GSO packets
+#                                  (and makes the bucket that plus 4 KiB)
 #   netns_cluster.sh down          remove every namespace and veth with prefix ${P} (idempotent)
 #   netns_cluster.sh exec I CMD... run CMD inside host I
 #   netns_cluster.sh status        list this cluster's namespaces, qdiscs and delay emulators
@@ -24,7 +26,7 @@ set -euo pipefail
 P=${RF_NETNS_PREFIX:-rfh}
 [[ $P =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "RF_NETNS_PREFIX must be 1-8 lowercase letters/digits" >&2; exit 2; }
 
-usage() { sed -n '2,22p' "$0" >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" >&2; exit 2; }
 
 # shellcheck source=../../scripts/netns_lib.sh
 source "$(dirname "$0")/../../scripts/netns_lib.sh"
@@ -61,7 +63,14 @@ shape() {  # shape NS DEV RATE
   bytes=$(rate_bytes "$rate")
   # A small bucket (1 ms of traffic, at least 128 KiB for GSO segments) keeps short transfers
   # from running above RATE on the bucket's credit; tbf's hrtimer refills it fast enough.
-  burst=$(( ${BURST_BYTES:-$(( bytes / 1000 ))} )); (( burst < 131072 )) && burst=131072
+  # GSO_BYTES caps the link's GSO packets so that the bucket can be one such packet: a link
+  # closer to a NIC's, which serialises every byte (docs/performance.md, "A NIC-like link").
+  if [[ -n ${GSO_BYTES:-} ]]; then
+    ip -n "$ns" link set dev "$dev" gso_max_size "$GSO_BYTES"
+    burst=${BURST_BYTES:-$(( GSO_BYTES + 4096 ))}
+  else
+    burst=$(( ${BURST_BYTES:-$(( bytes / 1000 ))} )); (( burst < 131072 )) && burst=131072
+  fi
   ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 50ms
 }
 
