@@ -13,6 +13,7 @@
 #                                        MASTER_PORT, RANK, WORLD_SIZE, as Azure ML sets them and
 #                                        no LOCAL_RANK), ranks started here, MASTER_PORT + 1 held
 #   tests/python/run.sh c10d-death       3 ranks with env:// variables; the last SIGKILLs itself
+#   tests/python/run.sh gpu-dropins      gpu_dropins.py's CPU stand-in (gloo for NCCL, 2 ranks)
 #   tests/python/run.sh deepspeed  DeepSpeed ZeRO 1/2/3 on CPU over backend "ringfold" against
 #                                  "gloo" (one pytest process starting its own 2-rank jobs)
 #   tests/python/run.sh elastic    ringfold.torch.elastic (test_torch_elastic.py): one pytest process
@@ -207,6 +208,14 @@ case "$np" in
     exit $? ;;
   c10d-death)
     victim=2 RINGFOLD_TEST_C10D_DEATH=1 run_env_ranks 3 "$here/test_torch_distributed_death.py" "$@"
+    exit $? ;;
+  gpu-dropins)
+    # The GPU machine's check of the NCCL drop-ins and the backend on CUDA tensors
+    # (gpu_dropins.py, run there by scripts/gpu_bundle.sh's gpu_check.sh); here its CPU stand-in
+    # (gloo for NCCL), so that the script itself stays working.
+    out=$(mktemp -d)
+    trap 'rm -rf "$out"' EXIT
+    "$venv/bin/python" "$here/gpu_dropins.py" --device cpu --out "$out" "$@"
     exit $? ;;
 esac
 if [[ "$np" == torchrun ]]; then
