@@ -118,6 +118,37 @@ TEST(OfiApi, LibfabricIsLoadedOnFirstUseOnly) {
   EXPECT_STRNE(api->strerror(FI_EAGAIN), "");
 }
 
+// Loading libfabric leaves the process's signal handling as it was (kept_signals.h): Debian's
+// psm providers install handlers for SIGTERM and others from libinfinipath's constructor, and
+// its SIGTERM handler called exit(1) in the middle of a job. In a child: SIGINT keeps the
+// handler set before, and SIGTERM still kills with SIGTERM.
+void onSigint(int) {}
+
+TEST(OfiApi, LoadingLibfabricKeepsTheProcessSignalHandlers) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);
+    struct sigaction mine {};
+    mine.sa_handler = onSigint;
+    sigaction(SIGINT, &mine, nullptr);
+    std::string why;
+    if (ofi::ofiApi(&why) == nullptr) _exit(kSkip);
+    struct sigaction now {};
+    sigaction(SIGINT, nullptr, &now);
+    if (now.sa_handler != onSigint) _exit(3);
+    raise(SIGTERM);
+    _exit(4);  // SIGTERM was caught
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (exitedWith(status, kSkip)) GTEST_SKIP() << "libfabric.so.1 cannot be loaded here";
+  EXPECT_FALSE(exitedWith(status, 3)) << "loading libfabric replaced the process's SIGINT handler";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)
+      << "SIGTERM did not kill the process by its default action (status " << status
+      << (WIFEXITED(status) ? ", exited " + std::to_string(WEXITSTATUS(status)) : std::string()) << ")";
+}
+
 TEST(OfiFabric, HardwareProviderNames) {
   EXPECT_TRUE(ofi::hardwareProvider("efa"));
   EXPECT_TRUE(ofi::hardwareProvider("verbs;ofi_rxm"));

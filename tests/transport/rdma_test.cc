@@ -19,6 +19,7 @@
 #include "transport/memory_region.h"
 #include "transport/rdma/device.h"
 #include "transport/rdma/fabric_fake.h"
+#include "transport/rdma/kept_signals.h"
 #include "transport/rdma/registration_cache.h"
 #include "transport/rdma/wire.h"
 
@@ -107,6 +108,28 @@ INSTANTIATE_TEST_SUITE_P(Rdma, Fabrics,
                            return std::to_string(c.lanes) + "Lanes_" + (c.ordered ? "Ordered" : "Unordered") +
                                   (c.reorder ? "_Reordered" : "");
                          });
+
+// KeptSignals (the guard around loading libfabric and libibverbs): what changed is put back and
+// named; what did not is left alone.
+void firstHandler(int) {}
+void secondHandler(int) {}
+
+TEST(RdmaKeptSignals, PutsBackWhatALibraryChanged) {
+  struct sigaction first {}, before {}, second {}, after {};
+  first.sa_handler = firstHandler;
+  second.sa_handler = secondHandler;
+  sigaction(SIGUSR2, &first, &before);
+  {
+    rdma::KeptSignals kept("the test");
+    EXPECT_EQ(kept.restore(), "") << "nothing changed yet";
+  }
+  rdma::KeptSignals kept("the test");
+  sigaction(SIGUSR2, &second, nullptr);
+  EXPECT_EQ(kept.restore(), "SIGUSR2");
+  sigaction(SIGUSR2, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, firstHandler);
+  sigaction(SIGUSR2, &before, nullptr);
+}
 
 TEST(Rdma, OffsetsWithinARegionAndRegisteredRegions) {
   RDMA_ENV;

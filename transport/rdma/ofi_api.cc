@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <mutex>
+
+#include "transport/rdma/kept_signals.h"
 
 namespace ringfold::transport::rdma::ofi {
 namespace {
@@ -50,7 +53,28 @@ bool resolve(void* handle, const char* symbol, const char* version, Fn& slot, st
 #define RF_OFI_VER_tostr nullptr
 #endif
 
+// libfabric's first fi_getinfo registers its providers (dlopen()ing the ones built as plugins,
+// whose constructors run then): done here, inside load()'s KeptSignals, with a hint that matches
+// no provider so that nothing is probed.
+void registerProviders(const Api& a) {
+  fi_info* hints = a.dupinfo(nullptr);
+  if (hints == nullptr || hints->fabric_attr == nullptr) {
+    if (hints != nullptr) a.freeinfo(hints);
+    return;
+  }
+  hints->fabric_attr->prov_name = strdup("ringfold-registers-providers");
+  fi_info* info = nullptr;
+  if (a.getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &info) == 0 &&
+      info != nullptr) {
+    a.freeinfo(info);
+  }
+  a.freeinfo(hints);
+}
+
 void load(Loaded& out) {
+  // Loading libfabric runs its providers' libraries' constructors, and Debian's psm providers
+  // install signal handlers there (kept_signals.h): the process keeps its own.
+  KeptSignals kept(kLibrary);
   void* handle = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* err = dlerror();
@@ -65,7 +89,11 @@ void load(Loaded& out) {
            resolve(handle, "fi_fabric", RF_OFI_VER_fabric, a.fabric, out.why) &&
            resolve(handle, "fi_strerror", RF_OFI_VER_strerror, a.strerror, out.why) &&
            resolve(handle, "fi_tostr", RF_OFI_VER_tostr, a.tostr, out.why);
-  if (!out.ok) a = Api{};  // a half-filled table is never handed out; the library stays mapped
+  if (!out.ok) {
+    a = Api{};  // a half-filled table is never handed out; the library stays mapped
+    return;
+  }
+  registerProviders(a);
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 // ops tables, so these six are the whole link-time surface.
 //
 // Contract
-//   * ofiApi(why) dlopen()s libfabric.so.1 (RTLD_NOW | RTLD_LOCAL) and resolves every symbol
-//     once per process (thread-safe; the handle is never closed, so the pointers stay valid).
+//   * ofiApi(why) dlopen()s libfabric.so.1 (RTLD_NOW | RTLD_LOCAL), resolves every symbol and
+//     lets libfabric register its providers, once per process (thread-safe; the handle is never
+//     closed, so the pointers stay valid). Signal handlers the providers' libraries install
+//     meanwhile are undone (kept_signals.h).
 //     It returns null and sets `why` when the library is absent ("libfabric.so.1 not found:
 //     ...") or lacks a symbol. The result, good or bad, is cached.
 //   * Each symbol is taken at the version the linker would have bound at build time (the

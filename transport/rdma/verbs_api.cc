@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "common/params.h"
+#include "transport/rdma/kept_signals.h"
 
 namespace ringfold::transport::rdma::verbs {
 namespace {
@@ -36,6 +37,7 @@ bool resolve(void* handle, const char* symbol, Fn& slot, bool required, Loaded& 
 }
 
 void load(Loaded& out) {
+  KeptSignals kept(out.api.library);  // a vendor library's constructor may take signals (kept_signals.h)
   void* handle = dlopen(out.api.library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* err = dlerror();
