@@ -25,10 +25,11 @@ itself is tested on machines without one (tests/python/CMakeLists.txt).
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+
+from ports import free_port_pair  # tests/python/ports.py, next to this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -206,12 +207,6 @@ def worker(stack, device_kind, out):
 
 # ---- the driver ---------------------------------------------------------------------------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def stack_env(stack, libs, nccl_version):
     env = {}
     if stack in ('nccl', 'plugin', 'socket'):
@@ -231,7 +226,7 @@ def stack_env(stack, libs, nccl_version):
 
 
 def run_stack(stack, device_kind, out, libs, nccl_version):
-    port = free_port()
+    port = free_port_pair()  # torch's store on it, ringfold's on the next
     procs = []
     for r in range(RANKS):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
