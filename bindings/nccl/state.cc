@@ -12,6 +12,7 @@
 
 #include "bindings/nccl/device.h"
 #include "collectives/allreduce_model.h"
+#include "collectives/barrier.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -205,6 +206,11 @@ void runInit(NcclComm* c, InitSpec spec) {
       comm = spec.parent->comm->split(spec.ranks, spec.splitName);
       store = spec.parent->store;
       prefix = spec.parent->storePrefix + "/split/" + spec.splitName;
+      // Once every member is connected (the barrier), nobody reads the keys the new
+      // communicator met under: its rank 0 deletes them, so that a job that splits again and
+      // again does not grow the store.
+      barrier(*comm);
+      if (comm->rank() == 0) comm->deleteStoreKeys();
     } else {
       store = std::make_shared<rendezvous::TcpStore>(spec.id.host, spec.id.port, spec.id.secret,
                                                      params::kStartTimeout.asSeconds());

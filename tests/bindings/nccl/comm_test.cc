@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/secret.h"
+#include "rendezvous/tcp_store.h"
 #include "tests/bindings/nccl/job.h"
 
 namespace {
@@ -98,6 +100,57 @@ TEST(NcclApiComm, SplitNoColorNonBlockingSplitAndShrinkAt3Ranks) {
 
 TEST(NcclApiComm, SplitAt5Ranks) {
   const JobResult r = runJob(5, split, 60s);
+  EXPECT_TRUE(r.ok()) << r.describe();
+}
+
+// The store keys under `prefix` of the store `id` names (bindings/nccl/state.cc lays the id out:
+// magic, port u32 LE at 8, 32 secret bytes at 12, host text at 44). Counted by deleting them.
+int64_t storeKeysUnder(const ncclUniqueId& id, const std::string& prefix) {
+  uint32_t port = 0;
+  for (int b = 0; b < 4; ++b) port |= uint32_t(static_cast<unsigned char>(id.internal[8 + b])) << (8 * b);
+  const std::string secret = ringfold::rendezvous::toHex(reinterpret_cast<const uint8_t*>(id.internal + 12), 32);
+  ringfold::rendezvous::TcpStore store(id.internal + 44, static_cast<int>(port), secret, 10s);
+  return store.deletePrefix(prefix);
+}
+
+// Splits (with a color per rank, with NCCL_SPLIT_NOCOLOR, non-blocking) leave nothing in the
+// store once they have returned: the (color, key) entries and the new communicators' own keys.
+int splitsCleanUp(int rank, int n, const ncclUniqueId& id) {
+  ncclComm_t comm = nullptr;
+  NCCLOK(ncclCommInitRank(&comm, n, id, rank));
+  for (int round = 0; round < 4; ++round) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = round == 3 ? 0 : 1;
+    const int color = round == 1 && rank == 0 ? NCCL_SPLIT_NOCOLOR : (rank + round) % 2;
+    ncclComm_t sub = nullptr;
+    const ncclResult_t res = ncclCommSplit(comm, color, rank, &sub, &config);
+    CHECK(res == ncclSuccess || (round == 3 && res == ncclInProgress), "split %d returned %d", round, int(res));
+    if (sub == nullptr) continue;
+    ncclResult_t state = ncclInProgress;
+    for (int polls = 0; state == ncclInProgress && polls < 30000; ++polls) {
+      NCCLOK(ncclCommGetAsyncError(sub, &state));
+      if (state == ncclInProgress) std::this_thread::sleep_for(1ms);
+    }
+    CHECK(state == ncclSuccess, "split %d ended with %d", round, int(state));
+    int sum = 0;
+    NCCLOK(allreduceSum(sub, 1, sum));
+    NCCLOK(ncclCommDestroy(sub));
+  }
+  int sum = 0;
+  NCCLOK(allreduceSum(comm, 1, sum));  // every rank is past its splits
+  if (rank == 0) {
+    const int64_t entries = storeKeysUnder(id, "nccl/ncclsplit");
+    const int64_t children = storeKeysUnder(id, "nccl/split/");
+    CHECK(entries == 0, "%lld (color, key) entries left in the store", static_cast<long long>(entries));
+    CHECK(children == 0, "%lld keys of split communicators left in the store", static_cast<long long>(children));
+  }
+  NCCLOK(allreduceSum(comm, 1, sum));
+  NCCLOK(ncclCommDestroy(comm));
+  return 0;
+}
+
+TEST(NcclApiComm, SplitsLeaveNothingInTheStoreAt3Ranks) {
+  const JobResult r = runJob(3, splitsCleanUp, 60s);
   EXPECT_TRUE(r.ok()) << r.describe();
 }
 
