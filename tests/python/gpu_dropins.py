@@ -34,7 +34,7 @@ from ports import free_port_pair  # tests/python/ports.py, next to this script
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RANKS = 2
-JOB_TIMEOUT = 180  # seconds per stack; a hang fails the stack instead of stalling the check
+JOB_TIMEOUT = 90  # seconds per stack: a hang fails that stack, and five stacks fit gpu_check.sh's 420 s
 
 
 # ---- the worker: one rank of one stack ----------------------------------------------------------
