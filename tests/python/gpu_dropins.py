@@ -34,6 +34,7 @@ from ports import free_port_pair  # tests/python/ports.py, next to this script
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RANKS = 2
+NO_RINGFOLD = ('gloo', 'nccl', 'socket')  # the reference stacks
 JOB_TIMEOUT = 90  # seconds per stack: a hang fails that stack, and five stacks fit gpu_check.sh's 420 s
 
 
@@ -198,11 +199,18 @@ def worker(stack, device_kind, out):
         timings['64 MiB'] = timed(64 << 20, 10)
     check('timing', timing)
 
+    dist.barrier()
     dist.destroy_process_group()
     if params is not None and rank == 0:
         torch.save(params, os.path.join(out, 'params_%s.pt' % stack))
     with open(os.path.join(out, 'result_%s_%d.json' % (stack, rank)), 'w') as f:
         json.dump({'checks': checks, 'timings_us': timings}, f)
+    if stack in NO_RINGFOLD:
+        # torch 2.15's gloo aborts at interpreter exit in about half the runs here ("terminate
+        # called without an active exception", after the last Python frame): stacks without
+        # ringfold skip the teardown; ringfold's own stacks exit normally, so theirs is checked.
+        sys.stdout.flush()
+        os._exit(0)
 
 
 # ---- the driver ---------------------------------------------------------------------------------
