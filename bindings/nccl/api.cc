@@ -378,19 +378,18 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
     if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
     const auto timeout = ringfold::params::kStartTimeout.asSeconds();
     std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color
-    std::vector<int> colors(comm->nranks);
+    int readers = 0;                            // ranks with a color: they read every entry
     for (int r = 0; r < comm->nranks; ++r) {
       std::vector<uint8_t> v = r == comm->rank ? mine : comm->store->get(base + "/" + std::to_string(r), timeout);
       if (v.size() != 8) throw NcclError(ncclInternalError, "ncclCommSplit: malformed store entry");
       int rc, rk;
       std::memcpy(&rc, v.data(), 4);
       std::memcpy(&rk, v.data() + 4, 4);
-      colors[r] = rc;
+      if (rc != NCCL_SPLIT_NOCOLOR) ++readers;
       if (rc == color) members.emplace_back(rk, r);
     }
     // The last of the ranks with a color to have read every entry deletes them (a rank without
     // one only writes its entry, which every reader waited for).
-    const int readers = static_cast<int>(std::count_if(colors.begin(), colors.end(), [](int c) { return c != NCCL_SPLIT_NOCOLOR; }));
     if (comm->store->add(base + "/read", 1) == readers) comm->store->deletePrefix(base + "/");
     std::sort(members.begin(), members.end());
     std::vector<int> ranks;
