@@ -31,7 +31,8 @@ fi
 for f in "$D"/bin/* "$D"/lib/libringfold.so.0; do ldd "$f"; done | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libringfold|libcrypto|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$D/lib/"; done
-strip --strip-debug "$D"/bin/* "$D"/lib/* "$D"/nccl/* 2>/dev/null || true
+strip --strip-debug "$D"/bin/* "$D"/lib/*
+[[ -d "$D/nccl" ]] && strip --strip-debug "$D"/nccl/*
 cat > "$D/gpu_check.sh" <<'RUN'
 #!/bin/bash
 export LD_LIBRARY_PATH=$PWD/.devrun/lib RINGFOLD_LIBRARY=$PWD/.devrun/lib/libringfold.so.0

@@ -23,6 +23,7 @@ same on CPU tensors with gloo standing in for NCCL (stacks gloo,ringfold), which
 itself is tested on machines without one (tests/python/CMakeLists.txt).
 """
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -35,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RANKS = 2
 NO_RINGFOLD = ('gloo', 'nccl', 'socket')  # the reference stacks
-JOB_TIMEOUT = 90  # seconds per stack: a hang fails that stack, and five stacks fit gpu_check.sh's 420 s
+JOB_TIMEOUT = 80  # seconds per stack: a hang fails that stack, and five stacks fit gpu_check.sh's 420 s
 
 
 # ---- the worker: one rank of one stack ----------------------------------------------------------
@@ -52,7 +53,7 @@ def worker(stack, device_kind, out):
     backend = {'ringfold': 'ringfold', 'gloo': 'gloo'}.get(stack, 'nccl')
     if backend == 'ringfold':
         import ringfold.torch.distributed  # noqa: F401  registers the backend
-    dist.init_process_group(backend, timeout=__import__('datetime').timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60))
     sync = torch.cuda.synchronize if dev.type == 'cuda' else (lambda: None)
     checks = {}
 
@@ -234,15 +235,19 @@ def stack_env(stack, libs, nccl_version):
 
 
 def run_stack(stack, device_kind, out, libs, nccl_version):
+    results_of = [os.path.join(out, 'result_%s_%d.json' % (stack, r)) for r in range(RANKS)]
+    for path in results_of + [os.path.join(out, 'params_%s.pt' % stack)]:
+        if os.path.exists(path):
+            os.remove(path)  # an earlier run's, in a reused --out: never read as this run's
     port = free_port_pair()  # torch's store on it, ringfold's on the next
     procs = []
     for r in range(RANKS):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
                    MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port), **stack_env(stack, libs, nccl_version))
-        log = open(os.path.join(out, 'log_%s_%d.txt' % (stack, r)), 'w')
-        procs.append(subprocess.Popen([sys.executable, __file__, '--worker', stack, '--device', device_kind,
-                                       '--out', out], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        with open(os.path.join(out, 'log_%s_%d.txt' % (stack, r)), 'w') as log:
+            procs.append(subprocess.Popen([sys.executable, __file__, '--worker', stack, '--device', device_kind,
+                                           '--out', out], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
     deadline = time.time() + JOB_TIMEOUT
     codes = []
     for p in procs:
@@ -254,8 +259,7 @@ def run_stack(stack, device_kind, out, libs, nccl_version):
                     os.killpg(q.pid, 9)
             codes.append('timeout after %d s' % JOB_TIMEOUT)
     results = []
-    for r in range(RANKS):
-        path = os.path.join(out, 'result_%s_%d.json' % (stack, r))
+    for path in results_of:
         results.append(json.load(open(path)) if os.path.exists(path) else None)
     return codes, results
 
