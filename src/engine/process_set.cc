@@ -92,7 +92,8 @@ std::vector<TensorEntry> ProcessSet::takeAll() {
 CycleResult ProcessSet::negotiate(bool wantShutdown, bool tuned, const NegotiationSettings& settings) {
   const auto now = std::chrono::steady_clock::now();
   const uint32_t slots = cache_.slots();
-  std::vector<uint8_t> vec(kNumFlags + slots, 1);
+  std::vector<uint8_t>& vec = readiness_;
+  vec.assign(kNumFlags + slots, 1);
   vec[kFlagShutdown] = wantShutdown ? 1 : 0;
   vec[kFlagCoordinator] = coordinator_ && coordinator_->waiting() ? 1 : 0;
   vec[kFlagTuned] = tuned ? 1 : 0;

@@ -127,6 +127,10 @@ class ProcessSet {
   std::vector<std::string> pendingOrder_;     // submission order (for deterministic sends)
   std::unordered_map<std::string, std::string> failures_;
   std::chrono::steady_clock::time_point lastStallWarning_{};
+  // negotiate()'s flags-and-slots vector, kept between cycles: an idle engine allocates nothing
+  // per cycle (with a sanitizer's allocator, which has no fork handlers, a fork() that lands
+  // while another thread allocates leaves the child's allocator locked).
+  std::vector<uint8_t> readiness_;
 };
 
 }  // namespace ringfold::engine
