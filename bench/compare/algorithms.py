@@ -81,6 +81,8 @@ def sim_predict(args, algo, model, choices, size):
            "--alpha-local", consts["local_alpha"], "--beta-local", consts["local_beta"],
            "--alpha-remote", consts["remote_alpha"], "--beta-remote", consts["remote_beta"],
            "--overhead", consts["remote_overhead" if args.hosts > 1 else "local_overhead"], "--gamma", consts["gamma"]]
+    if args.sim_cpus:
+        cmd += ["--cpus", str(args.sim_cpus)]
     if seg:
         cmd += ["--tree-segment-bytes", seg]
     if chunk:
@@ -110,6 +112,8 @@ def main():
     p.add_argument("--large-only", action="store_true", help="only 256 KiB - 64 MiB")
     p.add_argument("--small-only", action="store_true", help="only 4 B - 64 KiB")
     p.add_argument("--sim", action="store_true", help="add rf_sim's predictions (build/bench/sim/rf_sim)")
+    p.add_argument("--sim-cpus", type=int, default=0,
+                   help="rf_sim --cpus: the CPUs every emulated host shares (0: one per rank, as on real hosts)")
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--op-timeout", type=int, default=120)
     p.add_argument("--prefix", default="rfal")

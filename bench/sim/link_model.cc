@@ -14,7 +14,7 @@ namespace ringfold::sim {
 namespace {
 
 constexpr const char* kKeys[] = {"o", "gamma", "copy", "alpha_local", "beta_local", "alpha_remote", "beta_remote",
-                                 nullptr};
+                                 "cpus", nullptr};
 
 double* field(LinkModel& m, const std::string& key) {
   if (key == "o") return &m.o;
@@ -24,6 +24,7 @@ double* field(LinkModel& m, const std::string& key) {
   if (key == "beta_local") return &m.betaLocal;
   if (key == "alpha_remote") return &m.alphaRemote;
   if (key == "beta_remote") return &m.betaRemote;
+  if (key == "cpus") return &m.cpus;
   return nullptr;
 }
 
@@ -41,7 +42,7 @@ void LinkModel::set(const std::string& key, const std::string& value, const std:
   double* f = field(*this, key);
   if (f == nullptr) {
     RF_THROW(InvalidArgument, origin, ": unknown model constant '", key,
-             "' (known: o gamma copy alpha_local beta_local alpha_remote beta_remote)");
+             "' (known: o gamma copy alpha_local beta_local alpha_remote beta_remote cpus)");
   }
   const char* begin = value.c_str();
   char* end = nullptr;
@@ -49,6 +50,9 @@ void LinkModel::set(const std::string& key, const std::string& value, const std:
   const double v = std::strtod(begin, &end);
   if (end == begin || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0) {
     RF_THROW(InvalidArgument, origin, ": model constant ", key, " = '", value, "' is not a number >= 0");
+  }
+  if (key == "cpus" && (v != std::floor(v) || v > 4096)) {
+    RF_THROW(InvalidArgument, origin, ": model constant cpus = '", value, "' is not a whole number of CPUs (0-4096)");
   }
   *f = v;
 }

@@ -13,6 +13,10 @@
 //                  egress (shared by that host's ranks, FIFO), alpha_remote on the wire, then
 //                  through the receiving host's NIC ingress (shared, FIFO), cut through: the
 //                  ingress starts on a message when its first byte arrives (see network.h).
+//   cpus         : 0 (the default): every rank has a CPU of its own. k > 0: every rank's CPU
+//                  work (o, folds, copies) runs on a pool of k CPUs the whole job shares, as on
+//                  the emulated cluster, where every namespace runs on one machine: ranks that
+//                  want CPU at once wait for one. A whole number.
 //
 // Text form (a --model file, and what rf_sim prints): one `key = value` per line, or several
 // `key=value` separated by spaces; `#` starts a comment. Keys are the names above.
@@ -30,6 +34,7 @@ struct LinkModel {
   double betaLocal = 5e-11;      // 20 GB/s shared memory
   double alphaRemote = 5e-6;
   double betaRemote = 8e-11;     // 100 Gb/s
+  double cpus = 0;               // shared CPUs (0: one per rank)
 
   // Sets the constant named `key` (the text form's names); throws InvalidArgument naming
   // `origin` when the key is unknown or the value is not a number >= 0.

@@ -113,7 +113,7 @@ class PhaseRun {
       while (!retire(ownKey(st.un.foldAfterOwn), true, wait)) co_await w_.until(wait);
     }
     if (st.un.forwardTo < 0) {
-      if (st.fold > 0) co_await w_.after(st.fold);
+      if (st.fold > 0) co_await w_.busy(st.fold);
     } else {
       if (!st.straight) co_await w_.until(sendTime(st.fold));
       send(st.un.forwardTo, st.un.forwardSub, st.bytes, forwardKey(l, u));
@@ -203,7 +203,7 @@ class PhaseRun {
   // oldest send when the window is full, and the send's own cost `o`; send() posts it then.
   // (Popping the window's oldest entry before the wait instead of after it changes nothing: no
   // other code of this rank runs in between.)
-  double sendTime(double busy) { return std::max(w_.now() + busy, takeWindowSlot()) + w_.model().o; }
+  double sendTime(double busy) { return w_.handle(w_.now(), busy, takeWindowSlot(), w_.model().o); }
   // A full window frees its oldest slot when that send completes (returned); else 0.
   double takeWindowSlot() {
     if (window_.size() < sendWindow_) return 0.0;

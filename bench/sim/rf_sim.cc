@@ -115,6 +115,8 @@ int run(int argc, char** argv) {
       ("beta-local", "Same-host seconds per byte", cxxopts::value<std::string>())
       ("alpha-remote", "Cross-host latency (s)", cxxopts::value<std::string>())
       ("beta-remote", "NIC seconds per byte (8e-11: 100 Gb/s)", cxxopts::value<std::string>())
+      ("cpus", "CPUs the whole job shares (0: one per rank; the emulated cluster: this machine's)",
+       cxxopts::value<std::string>())
       ("max-messages", "Skip a run that would simulate more messages", cxxopts::value<double>()->default_value("1e8"))
       ("stats", "After each row, a comment with the simulation's messages, events and wall time")
       ("h,help", "Print this help");

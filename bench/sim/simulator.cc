@@ -43,6 +43,7 @@ World::World(const JobShape& job, const LinkModel& model, size_t elemSize, const
   }
   result_.finish.assign(job.ranks, 0.0);
   if (options.recordSends) result_.sends.resize(job.ranks);
+  cpus_.resize(static_cast<size_t>(model.cpus));
   previousHook_ = setReadyHook(this);
 }
 
@@ -62,6 +63,28 @@ bool World::advanceTo(double t) {
   if (!ready_.empty() || (!events_.empty() && events_.top().t <= t)) return false;
   now_ = t;
   return true;
+}
+
+double World::cpu(double start, double seconds) {
+  if (cpus_.empty() || seconds <= 0) return start + seconds;
+  double best = -1;
+  size_t at = 0;
+  for (size_t c = 0; c < cpus_.size(); ++c) {
+    std::map<double, double>& booked = cpus_[c];
+    while (!booked.empty() && booked.begin()->second <= now_) booked.erase(booked.begin());
+    // The first gap from `start` that holds the work: after the booking that covers start (if
+    // any), then after each booking whose gap before the next is too short.
+    double t = start;
+    auto it = booked.upper_bound(start);
+    if (it != booked.begin() && std::prev(it)->second > t) t = std::prev(it)->second;
+    for (; it != booked.end() && it->first < t + seconds; ++it) t = std::max(t, it->second);
+    if (best < 0 || t < best) {
+      best = t;
+      at = c;
+    }
+  }
+  cpus_[at].emplace(best, best + seconds);
+  return best + seconds;
 }
 
 void World::schedule(double t, std::coroutine_handle<> h) {
@@ -110,7 +133,7 @@ void World::delivered(int32_t m) {
   if (msg.recv < 0) return;
   Recv& rv = recvs_[msg.recv];
   if (rv.waiter) {
-    schedule(std::max(msg.arrival + rv.cost, rv.floor) + rv.post, rv.waiter);
+    schedule(handle(msg.arrival, rv.cost, rv.floor, rv.post), rv.waiter);
     rv.waiter = {};
   }
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <queue>
 #include <string>
 #include <vector>
@@ -87,15 +88,29 @@ class World final : public ReadyHook {
   Until until(double t) { return Until{*this, t}; }
   Until after(double seconds) { return Until{*this, now_ + seconds}; }
 
+  // CPU work of `seconds` that may start at `start`; returns when it ends. On the rank's own CPU
+  // (LinkModel::cpus == 0) that is start + seconds; with a pool of shared CPUs, the work runs on
+  // the CPU that can take it earliest (filling a gap between work already booked there), so
+  // ranks that want CPU at once queue for it. Booking is final: call once per piece of work.
+  double cpu(double start, double seconds);
+  // `cost` of CPU from `start`, then not before `floor`, then `post` of CPU: when it all ends.
+  double handle(double start, double cost, double floor, double post) {
+    return cpu(std::max(cpu(start, cost), floor), post);
+  }
+
   // The receive `id` has its message, fully arrived; then `cost` seconds of this rank's CPU
   // have passed (handling it), and it is `floor` or later; then `post` more seconds. Resumes at
-  // max(max(now, arrival) + cost, floor) + post: a wait, the work after it and the next wait
-  // of a rank that does nothing else in between, as one event.
+  // handle(max(now, arrival), cost, floor, post): a wait, the work after it and the next wait
+  // of a rank that does nothing else in between, as one event (booked once: `at`).
   struct Arrived {
     World& w;
     int32_t id;
     double cost, floor, post;
-    double wake(double arrival) const { return std::max(std::max(w.now_, arrival) + cost, floor) + post; }
+    double at = -1;
+    double wake(double arrival) {
+      if (at < 0) at = w.handle(std::max(w.now_, arrival), cost, floor, post);
+      return at;
+    }
     bool await_ready();
     void await_suspend(std::coroutine_handle<> h);
     void await_resume() const noexcept {}
@@ -103,6 +118,8 @@ class World final : public ReadyHook {
   Arrived arrived(int32_t id, double cost, double floor = 0, double post = 0) {
     return Arrived{*this, id, cost, floor, post};
   }
+  // Until `seconds` of this rank's CPU work from now have run.
+  Until busy(double seconds) { return until(cpu(now_, seconds)); }
 
   // A rank posts a send of `bytes` now (returns when it completes: its last byte left), or a
   // receive (returns its id).
@@ -152,6 +169,9 @@ class World final : public ReadyHook {
   std::vector<Recv> recvs_;
   std::vector<int32_t> freeRecvs_;
   SimResult result_;
+  // The shared CPUs (LinkModel::cpus): each one's booked work, start -> end, disjoint. Work
+  // that ended before now is dropped as the clock passes it (nothing is booked in the past).
+  std::vector<std::map<double, double>> cpus_;
   uint64_t consumed_ = 0;
   std::exception_ptr failure_;
   ReadyHook* previousHook_;

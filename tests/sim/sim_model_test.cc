@@ -240,6 +240,45 @@ TEST(SimModel, AReceiveOfAnotherLengthThrows) {
   }
 }
 
+// With a pool of shared CPUs (cpus > 0), CPU work of ranks that want it at once queues: four
+// ranks each post one message (o) to a partner, which completes it (o). Each rank its own CPU:
+// o + alpha + o. One CPU for the job: the four posts run one after another (the last ends at
+// 4 o), and the four completions too, after their arrivals. Two CPUs: half the queue. The same
+// job with cpus = 0 is timed as before the pool existed (o per message on each rank's own CPU).
+TEST(SimModel, SharedCpusQueueTheRanksWork) {
+  LinkModel m = freeCpu();
+  m.o = 10e-6;
+  m.alphaRemote = 100e-6;
+  const size_t S = 8;
+  auto pairs = [&](int rank) {  // 0..3 -> 4..7
+    return rank < 4 ? std::make_unique<ExchangeSchedule>(std::vector<Msg>{{rank + 4, 0, S}}, std::vector<Msg>{})
+                    : std::make_unique<ExchangeSchedule>(std::vector<Msg>{}, std::vector<Msg>{{rank - 4, 0, S}});
+  };
+  const double wire = m.alphaRemote + S * m.betaRemote;
+  const SimResult own = exchange(JobShape{8, 1}, m, pairs);
+  for (int r = 4; r < 8; ++r) expectNear(own.finish[r], m.o + wire + m.o);
+  m.cpus = 1;
+  const SimResult one = exchange(JobShape{8, 1}, m, pairs);
+  ASSERT_FALSE(one.deadlock) << one.report;
+  // Sender k's post ends at (k+1) o; its message arrives wire later, by when every post is done
+  // (wire > 4 o); the completions then queue in arrival order: (k+1) o + wire + o, but never
+  // before the previous completion ends.
+  for (int k = 0; k < 4; ++k) expectNear(one.finish[4 + k], (k + 1) * m.o + wire + m.o);
+  m.alphaRemote = 1e-6;  // arrivals now come while posts still run: completions wait for the CPU
+  const SimResult busy = exchange(JobShape{8, 1}, m, pairs);
+  double last = 0;
+  for (int r = 4; r < 8; ++r) last = std::max(last, busy.finish[r]);
+  expectNear(last, 8 * m.o);  // eight pieces of work of o on one CPU, never idle
+  m.alphaRemote = 100e-6;
+  m.cpus = 2;
+  const SimResult two = exchange(JobShape{8, 1}, m, pairs);
+  double lastTwo = 0;
+  for (int r = 4; r < 8; ++r) lastTwo = std::max(lastTwo, two.finish[r]);
+  expectNear(lastTwo, 2 * m.o + wire + m.o);  // posts in two rounds, completions after their arrivals
+  LinkModel bad;
+  EXPECT_THROW(bad.parse("cpus = 1.5", "test"), InvalidArgument);
+}
+
 TEST(SimModel, RunsAreDeterministic) {
   const LinkModel m;
   AllreduceCase c;
