@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/allreduce_model.h"
 #include "collectives/communicator.h"
 #include "common/topology.h"
 
@@ -31,6 +32,11 @@ struct HostLayout : Topology {
 
 // Allgathers a 64-bit hash of each rank's host id.
 HostLayout describeHosts(Communicator& comm, const std::string& hostId);
+
+// Which ranks share CPUs (coll::CpuGroups): allgathers each rank's kernel (its boot id) and CPU
+// affinity mask as one hash, with the mask's CPU count. Collective over `comm`. A rank whose
+// kernel /proc does not name is a group of its own.
+coll::CpuGroups describeCpus(Communicator& comm);
 
 struct HostSplit {
   HostLayout layout;
