@@ -148,8 +148,9 @@ class Network {
 
   // A post accepted by a live endpoint: fails, is withheld, or is queued at its target.
   void post(Endpoint& poster, Write write) {
-    const int64_t index = writeIndex_++;
-    bool fail = faults.errorAfterWrites == index;
+    const bool counted = faults.errorFromRank < 0 || write.fromRank == faults.errorFromRank;
+    const int64_t index = counted ? writeIndex_++ : -1;
+    bool fail = counted && faults.errorAfterWrites == index;
     if (faults.errorProbability > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < faults.errorProbability) {
       fail = true;
     }
@@ -359,7 +360,10 @@ std::string describeFaults(const Faults& faults, int lanes, bool ordered, size_t
   if (faults.errorProbability > 0) {
     parts.push_back(detail::concat("error probability ", faults.errorProbability, " (seed ", faults.seed, ")"));
   }
-  if (faults.errorAfterWrites >= 0) parts.push_back(detail::concat("error at write ", faults.errorAfterWrites));
+  if (faults.errorAfterWrites >= 0) {
+    parts.push_back(detail::concat("error at write ", faults.errorAfterWrites,
+                                   faults.errorFromRank >= 0 ? detail::concat(" of rank ", faults.errorFromRank) : ""));
+  }
   if (faults.withholdImm) parts.push_back("withholding immediates");
   if (maxWriteBytes != Faults{}.maxWriteBytes) parts.push_back(detail::concat("max write ", maxWriteBytes, " bytes"));
   if (maxInflight != Faults{}.maxInflight) parts.push_back(detail::concat("max ", maxInflight, " in flight"));

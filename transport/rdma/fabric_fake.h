@@ -55,6 +55,8 @@ struct Faults {
   double errorProbability = 0;    // a post completes with kError at the poster (and never lands)
   int64_t errorAfterWrites = -1;  // the Nth write posted in the network since setFaults/clearFaults
                                   // (0-based) fails with kError; -1 off
+  int errorFromRank = -1;         // >= 0: errorAfterWrites counts that rank's writes only (the
+                                  // peer's replies, posted concurrently, do not shift which fails)
   // true: that write-with-imm is held back (whole, bytes too) until releaseWithheld(). Called
   // under the network's lock at post time: it must not call back into fake::.
   std::function<bool(int from, int to, uint32_t imm)> withholdImm;
