@@ -37,10 +37,7 @@ class AllReduceBench final : public BenchCollective {
   // choices folded into ranges).
   std::vector<std::string> headerLines(Communicator& comm, const std::vector<size_t>& sizes) const override {
     std::vector<std::string> out;
-    const double crowding = comm.cpuGroups().crowding();
-    out.push_back("Allreduce model: " + comm.model().text() +
-                  (crowding > 1 ? detail::concat(" crowding=", crowding) : std::string()) +
-                  " (RINGFOLD_ALGO=" + comm.tuning().allreduceAlgorithm + ")");
+    out.push_back("Allreduce model: " + comm.model().text() + " (RINGFOLD_ALGO=" + comm.tuning().allreduceAlgorithm + ")");
     std::string line = "Algorithm by size:";
     std::string last;
     size_t first = 0, prev = 0;

@@ -16,8 +16,9 @@ namespace {
 // "<kernel boot id><separator><device>:<inode>" of this process's namespace `ns` (/proc/self/ns/),
 // or empty when /proc does not tell.
 std::string namespaceIdentity(const char* ns, const char* separator) {
-  const std::string boot = kernelIdentity();
-  if (boot.empty()) return "";
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  if (!(in >> boot) || boot.empty()) return "";
   struct stat id {};
   if (::stat((std::string("/proc/self/ns/") + ns).c_str(), &id) != 0) return "";
   return detail::concat(boot, separator, static_cast<unsigned long long>(id.st_dev), ":",
@@ -25,12 +26,6 @@ std::string namespaceIdentity(const char* ns, const char* separator) {
 }
 
 }  // namespace
-
-std::string kernelIdentity() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  return in >> boot ? boot : "";
-}
 
 std::string hostIdentity() { return namespaceIdentity("net", "."); }
 

@@ -12,10 +12,6 @@ namespace ringfold::transport {
 // own network namespaces, or on different machines, differ. Empty when /proc does not tell.
 std::string hostIdentity();
 
-// This machine's kernel: its boot id. Processes with equal ones run on one machine's CPUs
-// whatever their namespaces or containers. Empty when /proc does not tell.
-std::string kernelIdentity();
-
 // This process as other ranks may check it: "<pid>@<kernel boot id>/<pid namespace>". A peer
 // with the same text after '@' can look the pid up (kill(pid, 0), /proc/<pid>/stat). Empty when
 // /proc does not tell.

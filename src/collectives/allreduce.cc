@@ -61,7 +61,7 @@ AllreduceAlgorithm chooseAllreduceAlgorithm(Communicator& comm, size_t bytes) {
 
 coll::AllreduceChoice resolveAllreduce(Communicator& comm, AllreduceAlgorithm requested, size_t bytes) {
   if (requested == AllreduceAlgorithm::kAuto) return comm.allreduceChooser().choose(bytes);
-  const coll::JobShape shape = coll::jobShape(comm.size(), comm.hostOf(), comm.cpuGroups());
+  const coll::JobShape shape = coll::jobShape(comm.size(), comm.hostOf());
   const coll::Knobs knobs{comm.segmentBytes(), comm.tuning().ringChunkBytes};
   coll::AllreduceChoice c = coll::predictAllreduce(comm.model(), shape, bytes, requested, knobs,
                                                    coll::AlgorithmSet::parse(comm.tuning().allreduceAlgorithm));

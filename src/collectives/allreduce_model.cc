@@ -46,7 +46,6 @@ size_t ringChunk(const LinkCost& link, size_t configured) {
 struct Links {
   LinkCost local, remote;
   int n = 1, hosts = 1, l = 1;
-  double crowding = 1;  // JobShape::crowding: multiplies every overhead
   bool spans() const { return hosts > 1; }
   const LinkCost& slowest() const { return spans() ? remote : local; }
   // alpha of a hop, `remoteShare` of the hops crossing hosts.
@@ -77,14 +76,14 @@ double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s,
       // Each of a round's 2(n-1) steps is a message sent and one received: a hop's latency and
       // a message's overhead (over shm the overhead outweighs the latency, and at 2 ranks a
       // direct exchange's one message beats the ring's two steps, as measured).
-      const double hop = k.alpha(static_cast<double>(k.hosts) / n) + slow.overhead * k.crowding;
+      const double hop = k.alpha(static_cast<double>(k.hosts) / n) + slow.overhead;
       return rounds * 2.0 * (n - 1) * hop + 2.0 * f * s * slow.beta + f * s * gamma;
     }
     case AllreduceAlgorithm::kDirect: {
       const double wire = k.spans() ? std::max(static_cast<double>(k.l) * (n - k.l) * s * k.remote.beta,
                                                (k.l - 1) * s * k.local.beta)
                                     : (n - 1) * s * k.local.beta;
-      return slow.alpha + (n - 1) * slow.overhead * k.crowding + wire + (n - 1) * s * gamma;
+      return slow.alpha + (n - 1) * slow.overhead + wire + (n - 1) * s * gamma;
     }
     case AllreduceAlgorithm::kTree: {
       const double d = ceilLog2(n);
@@ -93,7 +92,7 @@ double flatSeconds(AllreduceAlgorithm a, const Links& k, double gamma, double s,
       const double share = k.spans() ? (k.l + 1) / 2.0 : 1.0;
       auto at = [&](double seg) {
         return 2.0 * d * (hop + seg * slow.beta) + 2.0 * s * slow.beta * share + s * gamma +
-               3.0 * std::ceil(s / seg) * slow.overhead * k.crowding;
+               3.0 * std::ceil(s / seg) * slow.overhead;
       };
       double best = at(std::max(1.0, s / 2)), bestSeg = std::max(1.0, s / 2);
       for (size_t seg = size_t{64} << 10; seg <= knobs.segmentBytes && seg < s / 2; seg *= 2) {
@@ -215,7 +214,7 @@ AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape,
   if (a != AllreduceAlgorithm::kHierarchical) {
     // Uneven hosts: as if every host ran the largest share.
     const int l = shape.hosts > 1 ? (n + shape.hosts - 1) / shape.hosts : n;
-    c.seconds = flatSeconds(a, Links{m.local, m.remote, n, shape.hosts, l, shape.crowding}, m.gamma, s, knobs, c);
+    c.seconds = flatSeconds(a, Links{m.local, m.remote, n, shape.hosts, l}, m.gamma, s, knobs, c);
     return c;
   }
   const int l = shape.localSize, h = shape.hosts;
@@ -225,7 +224,7 @@ AllreduceChoice predictAllreduce(const ModelConstants& m, const JobShape& shape,
   }
   const double f = static_cast<double>(l - 1) / l;
   const double local = 2.0 * (l - 1) * m.local.alpha + 2.0 * f * s * m.local.beta + f * s * m.gamma;
-  Links cross{m.local, m.remote, h, h, 1, shape.crowding};
+  Links cross{m.local, m.remote, h, h, 1};
   cross.remote.beta *= l;  // the L cross allreduces of a host share its link
   const AllreduceAlgorithm flat[] = {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kDirect, AllreduceAlgorithm::kTree};
   bool any = false;
@@ -301,28 +300,9 @@ AllreduceChoice AllreduceChooser::compute(size_t bytes) const {
   return chooseAllreduce(model_, shape_, bytes, allowed, rules_.knobs);
 }
 
-CpuGroups CpuGroups::subset(const std::vector<int>& ranks) const {
-  CpuGroups out;
-  if (groupOf.empty()) return out;
-  out.cpus = cpus;
-  for (int r : ranks) out.groupOf.push_back(groupOf.at(r));
-  return out;
-}
-
-double CpuGroups::crowding() const {
-  std::vector<int> ranks(cpus.size(), 0);
-  for (int g : groupOf) ++ranks.at(g);
-  double most = 1;
-  for (size_t g = 0; g < cpus.size(); ++g) {
-    if (cpus[g] > 0) most = std::max(most, static_cast<double>(ranks[g]) / cpus[g]);
-  }
-  return most;
-}
-
-JobShape jobShape(int size, const std::vector<int>& hostOf, const CpuGroups& cpus) {
+JobShape jobShape(int size, const std::vector<int>& hostOf) {
   JobShape s;
   s.size = size;
-  s.crowding = cpus.crowding();
   if (hostOf.empty()) {
     s.localSize = size;
     return s;

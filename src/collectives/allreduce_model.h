@@ -6,10 +6,7 @@
 // memory or Unix sockets), `remote` joins hosts (TCP or RDMA).
 //   alpha    : one small message's one-way latency (half a ping-pong's round trip);
 //   beta     : per byte of a large message (from a 1 MiB ping-pong, alpha taken off);
-//   overhead : per message when messages stream back to back (a burst of small messages): the
-//              CPU's time per message. Ranks that share CPUs share that time: where a job runs
-//              more ranks than CPUs on a kernel (JobShape::crowding, ranks per CPU), every
-//              overhead term below is multiplied by the crowding;
+//   overhead : per message when messages stream back to back (a burst of small messages);
 //   gamma    : per byte reduced once by the CPU reducer (float32 sum).
 // They are measured at start-up (calibrate(), about 50 ms: rank 0 pings its first local and its
 // first remote peer, times its reducer, and broadcasts the figures so every rank chooses the
@@ -74,19 +71,6 @@ struct JobShape {
   int hosts = 1;
   int localSize = 1;          // ranks per host when homogeneous
   bool homogeneous = true;    // every host runs localSize ranks
-  double crowding = 1;        // ranks per CPU where ranks share CPUs (CpuGroups), at least 1
-};
-
-// Which ranks share CPUs: ranks on one kernel with the same CPU affinity mask are a group and
-// share that mask's CPUs (ranks pinned to CPUs of their own are groups of one). Empty: not
-// known (every rank is taken to have its own CPUs). describeCpus (topology.h) fills it.
-struct CpuGroups {
-  std::vector<int> groupOf;  // rank -> group
-  std::vector<int> cpus;     // group -> CPUs in its mask
-  // The groups of a communicator of `ranks` (split()): the same groups, fewer ranks in them.
-  CpuGroups subset(const std::vector<int>& ranks) const;
-  // Ranks per CPU in the most crowded group, at least 1 (1 when not known).
-  double crowding() const;
 };
 
 // Algorithms RINGFOLD_ALGO allows: "auto" (every algorithm: ring, direct, tree and, where the
@@ -157,9 +141,8 @@ class AllreduceChooser {
   std::unordered_map<size_t, AllreduceChoice> memo_;
 };
 
-// The shape of a job whose ranks run on hostOf[rank] (empty: one host) and share CPUs as
-// `cpus` says.
-JobShape jobShape(int size, const std::vector<int>& hostOf, const CpuGroups& cpus = {});
+// The shape of a job whose ranks run on hostOf[rank] (empty: one host).
+JobShape jobShape(int size, const std::vector<int>& hostOf);
 
 // One link's measurement as rank 0 drives it, step by step, while the partner answers each step
 // (calibrate() runs it over the communicator; a test over a simulated link). now(): seconds on a

@@ -137,10 +137,7 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment(int incarnation) {
   if (incarnation > 1 && comm->rank() == 0) deleteEarlierIncarnations(*comm->store_, incarnation);
   // The model's constants (even with one algorithm forced, the model sizes its tree segments
   // and ring chunks).
-  if (comm->size() > 1) {
-    comm->setCpuGroups(describeCpus(*comm));
-    comm->setModel(coll::calibrate(*comm));
-  }
+  if (comm->size() > 1) comm->setModel(coll::calibrate(*comm));
   return comm;
 }
 
@@ -164,7 +161,6 @@ Communicator::Communicator(int rank, int size, std::unique_ptr<transport::Device
   setSegmentBytes(params::kSegmentBytes.asBytes());
   setTuning(tuningFromParams());
   model_ = std::make_unique<coll::ModelConstants>();
-  cpuGroups_ = std::make_unique<coll::CpuGroups>();
 }
 
 Communicator::~Communicator() = default;
@@ -281,12 +277,6 @@ void Communicator::setModel(const coll::ModelConstants& model) {
   chooser_.reset();
 }
 
-void Communicator::setCpuGroups(const coll::CpuGroups& groups) {
-  RF_ENFORCE(groups.groupOf.empty() || groups.groupOf.size() == static_cast<size_t>(size_), "one CPU group per rank");
-  *cpuGroups_ = groups;
-  chooser_.reset();
-}
-
 coll::AllreduceChooser& Communicator::allreduceChooser() {
   if (!chooser_) {
     coll::AllreduceChooser::Rules rules;
@@ -294,7 +284,7 @@ coll::AllreduceChooser& Communicator::allreduceChooser() {
     rules.directMaxBytes = tuning_.directMaxBytes;
     rules.hierarchical = tuning_.hierarchical;
     rules.knobs = {segmentBytes_, tuning_.ringChunkBytes};
-    chooser_ = std::make_unique<coll::AllreduceChooser>(*model_, coll::jobShape(size_, hostOf_, *cpuGroups_), rules);
+    chooser_ = std::make_unique<coll::AllreduceChooser>(*model_, coll::jobShape(size_, hostOf_), rules);
   }
   return *chooser_;
 }
@@ -333,7 +323,6 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& ranks,
   comm->segmentBytes_ = segmentBytes_;
   comm->tuning_ = tuning_;
   comm->setModel(*model_);
-  comm->setCpuGroups(cpuGroups_->subset(ranks));
   if (!hostOf_.empty()) {
     std::vector<std::string> ids;
     for (int r : ranks) ids.push_back("host" + std::to_string(hostOf_[r]));

@@ -42,7 +42,6 @@ class Store;
 }
 struct HostSplit;
 namespace coll {
-struct CpuGroups;
 struct ModelConstants;
 class AllreduceChooser;
 }
@@ -116,10 +115,6 @@ class Communicator {
   const std::vector<int>& hostOf() const { return hostOf_; }
   // Sets hostOf() from every rank's host id (equal ids: one host; "-": a host of its own).
   void setHostIds(const std::vector<std::string>& ids);
-  // Which ranks share CPUs, for the model (empty unless set: fromEnvironment() sets it with
-  // describeCpus; split() passes on its members' part).
-  const coll::CpuGroups& cpuGroups() const { return *cpuGroups_; }
-  void setCpuGroups(const coll::CpuGroups& groups);
   // The communicators of this rank's host and of its local rank across hosts (collective over
   // every rank, built on first use with split(); needs hostOf() and the store). Both follow
   // this communicator's aborts (followAborts).
@@ -248,7 +243,6 @@ class Communicator {
   std::vector<int> hostOf_;
   std::unique_ptr<HostSplit> hostSplit_;
   std::unique_ptr<coll::ModelConstants> model_;
-  std::unique_ptr<coll::CpuGroups> cpuGroups_;
   std::unique_ptr<coll::AllreduceChooser> chooser_;
   uint64_t sequence_ = 0;
   std::vector<std::vector<std::byte>> scratch_;

@@ -1,6 +1,5 @@
 #include "collectives/topology.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +8,6 @@
 
 #include "collectives/allgather.h"
 #include "common/error.h"
-#include "transport/host_identity.h"
 
 namespace ringfold {
 
@@ -50,36 +48,6 @@ HostLayout describeHosts(Communicator& comm, const std::string& hostId) {
   layout.crossSize = static_cast<int>(cross.size());
   for (const auto& host : layout.hosts) layout.homogeneous = layout.homogeneous && host.size() == layout.hosts[0].size();
   return layout;
-}
-
-coll::CpuGroups describeCpus(Communicator& comm) {
-  const int n = comm.size();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const bool masked = sched_getaffinity(0, sizeof set, &set) == 0;
-  const std::string kernel = transport::kernelIdentity();
-  // {hash of kernel and mask (0: unknown), CPUs in the mask}
-  uint64_t mine[2] = {0, static_cast<uint64_t>(masked ? CPU_COUNT(&set) : 0)};
-  if (masked && !kernel.empty()) {
-    const std::string key = kernel + std::string(reinterpret_cast<const char*>(&set), sizeof set);
-    mine[0] = std::hash<std::string>{}(key) | 1;  // never 0
-  }
-  std::vector<uint64_t> all(2 * static_cast<size_t>(n));
-  allgather(comm, {mine, all.data(), 2, DataType::kUint64});
-  coll::CpuGroups groups;
-  std::unordered_map<uint64_t, int> index;
-  for (int r = 0; r < n; ++r) {
-    const uint64_t id = all[2 * r], cpus = all[2 * r + 1];
-    if (id != 0) {
-      auto [it, fresh] = index.emplace(id, static_cast<int>(groups.cpus.size()));
-      if (fresh) groups.cpus.push_back(static_cast<int>(cpus));
-      groups.groupOf.push_back(it->second);
-    } else {
-      groups.groupOf.push_back(static_cast<int>(groups.cpus.size()));
-      groups.cpus.push_back(0);  // not known: not crowded
-    }
-  }
-  return groups;
 }
 
 HostSplit splitByHost(Communicator& comm, const std::string& hostId, const std::string& name) {

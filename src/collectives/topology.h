@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "collectives/allreduce_model.h"
 #include "collectives/communicator.h"
 #include "common/topology.h"
 
@@ -32,11 +31,6 @@ struct HostLayout : Topology {
 
 // Allgathers a 64-bit hash of each rank's host id.
 HostLayout describeHosts(Communicator& comm, const std::string& hostId);
-
-// Which ranks share CPUs (coll::CpuGroups): allgathers each rank's kernel (its boot id) and CPU
-// affinity mask as one hash, with the mask's CPU count. Collective over `comm`. A rank whose
-// kernel /proc does not name is a group of its own.
-coll::CpuGroups describeCpus(Communicator& comm);
 
 struct HostSplit {
   HostLayout layout;

@@ -125,27 +125,6 @@ TEST(AllreduceModel, ChoiceOnCannedConstants) {
   EXPECT_EQ(pick(host2, 1 << 20, "hierarchical").algorithm, A::kRing);  // nothing allowed applies
 }
 
-// Ranks that share CPUs share each message's CPU time: with 4 ranks to a CPU every overhead
-// term costs four times as much, and only those (the emulated cluster's 8 hosts on 2 vCPUs,
-// where direct's 56 messages queue for the CPUs: issue 19).
-TEST(AllreduceModel, CrowdedCpusMultiplyEveryOverhead) {
-  const coll::ModelConstants m = canned();
-  const coll::Knobs seg;
-  const coll::JobShape alone{8, 8, 1, true};
-  coll::JobShape crowded = alone;
-  crowded.crowding = 4;
-  auto extra = [&](A a, size_t bytes) {
-    return coll::predictAllreduce(m, crowded, bytes, a, seg).seconds -
-           coll::predictAllreduce(m, alone, bytes, a, seg).seconds;
-  };
-  const double o = m.remote.overhead;
-  EXPECT_NEAR(extra(A::kDirect, 4), 7 * o * 3, 1e-12);   // n-1 messages per rank
-  EXPECT_NEAR(extra(A::kRing, 4), 14 * o * 3, 1e-12);    // one per step, 2(n-1) steps
-  EXPECT_NEAR(extra(A::kTree, 4), 3 * 2 * o * 3, 1e-12); // 3 per segment, one segment per tree
-  EXPECT_EQ(coll::jobShape(8, {}, coll::CpuGroups{{0, 0, 0, 0, 0, 0, 0, 0}, {2}}).crowding, 4.0);
-  EXPECT_EQ(coll::jobShape(8, {}).crowding, 1.0);
-}
-
 TEST(AllreduceModel, ChooserAppliesForcedRules) {
   coll::AllreduceChooser::Rules rules;
   rules.directMaxBytes = 1024;

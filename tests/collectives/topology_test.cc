@@ -1,9 +1,6 @@
 // Host topology: local and cross communicators split by host id.
 #include <gtest/gtest.h>
 
-#include <sched.h>
-
-#include <algorithm>
 #include <mutex>
 
 #include "collectives/collectives.h"
@@ -56,42 +53,6 @@ TEST(Topology, UnevenHostsAreNotHomogeneous) {
   EXPECT_EQ(layouts[3].crossRank, 1);
   EXPECT_EQ(layouts[3].crossSize, 2);   // local rank 0 exists on both hosts
   EXPECT_EQ(layouts[2].crossSize, 1);   // local rank 2 only on host x
-}
-
-// Ranks that run on one kernel with the same CPU mask share its CPUs; ranks pinned elsewhere
-// are a group of their own. Here ranks 0 and 1 keep this process's mask while 2 and 3 (threads,
-// whose masks are their own) pin themselves to its first CPU: two groups, the second crowded
-// two ranks to a CPU. The same on every rank, and split() keeps its members' part.
-TEST(Topology, RanksOnOneKernelWithOneMaskShareItsCpus) {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &all)) ++first;
-  std::vector<coll::CpuGroups> got(4);
-  std::vector<double> splitCrowding(4);
-  std::mutex mu;
-  auto errors = rftest::runRanks(4, [&](Communicator& comm) {
-    if (comm.rank() >= 2) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(first, &one);
-      ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-    }
-    coll::CpuGroups g = describeCpus(comm);
-    std::lock_guard<std::mutex> lock(mu);
-    got[comm.rank()] = g;
-  });
-  for (auto& e : errors) ASSERT_EQ(rftest::describe(e), "ok");
-  for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(got[r].groupOf, (std::vector<int>{0, 0, 1, 1})) << "rank " << r;
-    EXPECT_EQ(got[r].cpus, (std::vector<int>{CPU_COUNT(&all), 1})) << "rank " << r;
-  }
-  EXPECT_EQ(got[0].crowding(), 2.0);  // ranks 2 and 3 on one CPU
-  EXPECT_EQ(got[0].subset({0, 1, 2}).crowding(), std::max(1.0, 2.0 / CPU_COUNT(&all)));
-  EXPECT_EQ(got[0].subset({1, 3}).groupOf, (std::vector<int>{0, 1}));
-  EXPECT_EQ(coll::CpuGroups{}.crowding(), 1.0);                  // not known: not crowded
-  EXPECT_EQ((coll::CpuGroups{{0, 0, 0}, {0}}).crowding(), 1.0);  // a kernel that did not tell
 }
 
 // What ringfoldrun -np 3 -H a:1,b:2 tells its ranks (launcher/rank_layout.h): rank 0 alone on a,
