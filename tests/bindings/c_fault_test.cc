@@ -10,6 +10,7 @@
 
 #include "launcher/subprocess.h"
 #include "tests/bindings/worker_job.h"
+#include "tests/support/sanitizers.h"
 
 namespace {
 
@@ -44,12 +45,7 @@ TEST(Faults, RankThatStopsSubmittingFailsEveryRank) {
 
 // The out-of-memory cases limit a rank's address space (RLIMIT_AS): under AddressSanitizer its
 // allocator and shadow memory fail that limit with an abort, not std::bad_alloc.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RF_ASAN_BUILD 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(RF_ASAN_BUILD)
+#if defined(RF_ASAN_BUILD)
 #define SKIP_UNDER_ASAN() \
   GTEST_SKIP() << "AddressSanitizer build: an address-space limit (RLIMIT_AS) aborts it"
 #else
