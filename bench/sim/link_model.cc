@@ -41,8 +41,9 @@ const char* const* linkModelKeys() { return kKeys; }
 void LinkModel::set(const std::string& key, const std::string& value, const std::string& origin) {
   double* f = field(*this, key);
   if (f == nullptr) {
-    RF_THROW(InvalidArgument, origin, ": unknown model constant '", key,
-             "' (known: o gamma copy alpha_local beta_local alpha_remote beta_remote cpus)");
+    std::string known;
+    for (const char* const* k = kKeys; *k != nullptr; ++k) known += (known.empty() ? "" : " ") + std::string(*k);
+    RF_THROW(InvalidArgument, origin, ": unknown model constant '", key, "' (known: ", known, ")");
   }
   const char* begin = value.c_str();
   char* end = nullptr;

@@ -86,7 +86,6 @@ class World final : public ReadyHook {
     void await_resume() const noexcept {}
   };
   Until until(double t) { return Until{*this, t}; }
-  Until after(double seconds) { return Until{*this, now_ + seconds}; }
 
   // CPU work of `seconds` that may start at `start`; returns when it ends. On the rank's own CPU
   // (LinkModel::cpus == 0) that is start + seconds; with a pool of shared CPUs, the work runs on
