@@ -1008,10 +1008,10 @@ TEST_F(CApi, AddProcessSetCountIsCheckedBeforeReadingRanks) {
 TEST_F(CApi, ForkedChildSeesNotInitialized) {
   init();
   // Fork from an idle engine, as a data loader does between steps. Its first cycles allocate,
-  // and the sanitizers' allocators (GCC 12's) have no fork handlers: a fork that lands while
-  // another thread holds one of their locks leaves the child's malloc locked for good. An idle
-  // engine allocates nothing (ProcessSet::readiness_), so one operation and a few idle cycles
-  // first make that a non-event.
+  // and the sanitizers' allocators (Clang 14's, which build-asan uses) have no fork handlers: a
+  // fork that lands while another thread holds one of their locks leaves the child's malloc
+  // locked for good. An idle engine allocates nothing (ProcessSet::readiness_), so one
+  // operation and a few idle cycles first make that a non-event.
   float warm = 1;
   waitRelease(allreduce(&warm, &warm, RINGFOLD_FLOAT32, {}, "parent.before.fork", RINGFOLD_OP_SUM));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
